@@ -1,0 +1,1 @@
+"""Cinder volume drivers whose force-detach really tears down the backend."""

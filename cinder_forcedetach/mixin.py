@@ -1,0 +1,179 @@
+"""ForceDetachMixin: safe, idempotent force-detach for Cinder BaseVD drivers.
+
+A driver class lists the mixin before its Cinder base class::
+
+    class MyDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
+        def revoke_host_access(self, volume, connector): ...
+        def remove_export(self, context, volume): ...
+
+and gets:
+
+* :meth:`force_detach` -- the full flow (lock, disconnect this host, revoke
+  host access, fence, remove export, and only then reset Cinder's DB);
+* :meth:`terminate_connection` -- Cinder's own attachment-delete and
+  ``os-force_detach`` paths run the same teardown, so upstream's API also
+  cleans the backend;
+* :meth:`copy_image_to_volume` -- reimage without a temporary file.
+
+What a driver implements: :meth:`revoke_host_access` and ``remove_export``
+(idempotent: what is gone is success), optionally :meth:`fence_clients`,
+:meth:`local_connection_info`, :meth:`image_destination` and
+:meth:`open_volume_for_write`.
+"""
+
+import socket
+
+from cinder import exception
+from cinder.i18n import _
+from cinder.volume import volume_utils
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from cinder_forcedetach.flows import force_detach as force_detach_flow
+from cinder_forcedetach import image
+from cinder_forcedetach import opts
+
+LOG = logging.getLogger(__name__)
+CONF = cfg.CONF
+
+
+class ForceDetachMixin(object):
+    """Force-detach that tears down what the backend really has."""
+
+    def __init__(self, *args, **kwargs):
+        super(ForceDetachMixin, self).__init__(*args, **kwargs)
+        if getattr(self, 'configuration', None):
+            self.configuration.append_config_values(opts.force_detach_opts)
+            self.configuration.append_config_values(opts.image_opts)
+
+    # -- the public entry points ----------------------------------------
+
+    def force_detach(self, context, volume, connector=None,
+                     attachment_id=None):
+        """Detach *volume* from one host (connector) or all (None).
+
+        Runs the force-detach flow; see
+        :mod:`cinder_forcedetach.flows.force_detach`.  Raises
+        ``ForceDetachFailed`` naming the failed step, with Cinder's
+        database unchanged, when any backend step fails.
+        """
+        force_detach_flow.run(context, self, volume, connector=connector,
+                              attachment_id=attachment_id)
+
+    def terminate_connection(self, volume, connector, **kwargs):
+        """Revoke a host's access (connector None: every host).
+
+        Returns True while the export is still used by another attachment
+        (Cinder then keeps it), as the manager's attachment-delete expects.
+        """
+        if connector is not None and self._host_has_other_attachment(
+                volume, connector):
+            LOG.info('Volume %s has another attachment on host %s; its '
+                     'access is kept.', volume.id, connector.get('host'))
+            return True
+        still_shared = self.revoke_host_access(volume, connector)
+        remaining = [] if connector is None else [
+            a for a in volume.volume_attachment
+            if a.attach_status in force_detach_flow.LIVE_ATTACH_STATUSES
+            and a.connector and not force_detach_flow.same_host(
+                a.connector, connector)]
+        self.fence_clients(volume, [connector], remaining)
+        return bool(still_shared)
+
+    # -- hooks a driver implements ----------------------------------------
+
+    def revoke_host_access(self, volume, connector):
+        """Remove the backend's access and sessions for a host.
+
+        *connector* None means every host.  Returns True when other hosts
+        keep access.  Must succeed when there is nothing left to revoke.
+        """
+        raise NotImplementedError()
+
+    def fence_clients(self, volume, connectors, keep_attachments):
+        """Cut off clients of the hosts in *connectors* that still hold it.
+
+        None in *connectors* means every client that does not belong to
+        one of *keep_attachments*.  Default: nothing to fence, because
+        revoking access already disconnected the host (iSCSI, FC).
+        """
+
+    def local_connection_info(self, volume, connector):
+        """connection_info for this host when Cinder stored none."""
+        return None
+
+    def image_destination(self, volume):
+        """The volume as ``qemu-img convert`` names its output."""
+        return self.local_path(volume)
+
+    def open_volume_for_write(self, volume):
+        """A writable binary file object on the volume."""
+        return open(self.local_path(volume), 'r+b')
+
+    # -- the local host ------------------------------------------------------
+
+    @staticmethod
+    def local_host_names():
+        """Names by which connectors may name this volume host."""
+        names = {socket.gethostname(), CONF.host}
+        return {n for n in names if n}
+
+    def disconnect_local_host(self, volume, connector, attachments):
+        """Disconnect this host's connections to *volume* with os-brick."""
+        if not self.configuration.safe_get(
+                'forcedetach_disconnect_local_host'):
+            return
+        pairs = [(connector or a.connector, a.connection_info)
+                 for a in attachments]
+        if connector and not attachments:
+            pairs = [(connector, None)]
+        local = self.local_host_names()
+        for host_connector, info in pairs:
+            if not host_connector or host_connector.get('host') not in local:
+                continue
+            info = info or self.local_connection_info(volume, host_connector)
+            if not info:
+                continue
+            brick = volume_utils.brick_get_connector(
+                info['driver_volume_type'],
+                use_multipath=bool(host_connector.get('multipath')),
+                device_scan_attempts=self.configuration.safe_get(
+                    'forcedetach_device_scan_attempts'))
+            LOG.info('Disconnecting volume %s from this host (%s).',
+                     volume.id, info['driver_volume_type'])
+            brick.disconnect_volume(info['data'], None, force=True,
+                                    ignore_errors=True)
+
+    def _host_has_other_attachment(self, volume, connector):
+        live = [a for a in volume.volume_attachment
+                if a.attach_status in force_detach_flow.LIVE_ATTACH_STATUSES
+                and force_detach_flow.same_host(a.connector, connector)]
+        return len(live) > 1
+
+    # -- reimage ---------------------------------------------------------
+
+    def copy_image_to_volume(self, context, volume, image_service, image_id,
+                             disable_sparse=False):
+        """Write the image onto the volume without a temporary file."""
+        conf = self.configuration
+        try:
+            image.stream_to_volume(
+                context, image_service, image_id, volume.size,
+                self.image_destination(volume),
+                lambda: self.open_volume_for_write(volume),
+                conf.safe_get('forcedetach_image_formats'),
+                sparse=not disable_sparse, execute=self._execute)
+        except (exception.ImageTooBig, exception.ImageUnacceptable):
+            LOG.error('Image %(img)s refused for volume %(vol)s.',
+                      {'img': image_id, 'vol': volume.id})
+            raise
+
+    def reimage(self, context, volume, image_service, image_id):
+        """Replace the volume's content by an image (server rebuild)."""
+        if volume.status not in ('downloading', 'available', 'error',
+                                 'reserved'):
+            raise exception.InvalidVolume(
+                reason=_('cannot reimage a volume in status %s') %
+                volume.status)
+        self.copy_image_to_volume(context, volume, image_service, image_id,
+                                  disable_sparse=True)

@@ -1,0 +1,57 @@
+"""Configuration options of cinder-forcedetach, per backend section."""
+
+import itertools
+
+from cinder.volume import configuration
+from oslo_config import cfg
+
+force_detach_opts = [
+    cfg.BoolOpt('forcedetach_disconnect_local_host',
+                default=True,
+                help='When a volume being force-detached is attached to '
+                     'this volume host itself (image copy, backup, '
+                     'migration), disconnect it with os-brick (force, '
+                     'ignore errors) before the backend revokes access.'),
+    cfg.IntOpt('forcedetach_device_scan_attempts',
+               default=3, min=1,
+               help='device_scan_attempts handed to the os-brick connector '
+                    'that disconnects a local host connection.'),
+]
+
+image_opts = [
+    cfg.ListOpt('forcedetach_image_formats',
+                default=['raw', 'qcow2', 'vmdk', 'vdi', 'vhd', 'vhdx'],
+                help='Image disk formats that copy_image_to_volume (and so '
+                     'reimage) accepts; the format is never probed.'),
+]
+
+iscsi_opts = [
+    cfg.StrOpt('forcedetach_volumes_dir',
+               default='$state_path/forcedetach-volumes',
+               help='Directory holding the sparse raw files that back '
+                    'volumes of the tgt iSCSI driver.'),
+    cfg.IntOpt('forcedetach_tgt_control_port',
+               default=0, min=0, max=65535,
+               help='Control port of the tgtd instance (tgtd -C N / '
+                    'tgtadm -C N) that exports this backend.'),
+    cfg.BoolOpt('forcedetach_chap_auth',
+                default=True,
+                help='Give every export its own CHAP account, created anew '
+                     'whenever the export is created. Removing it is part '
+                     'of what fences a force-detached initiator.'),
+    cfg.IntOpt('forcedetach_lun_delete_attempts',
+               default=5, min=1,
+               help='Attempts to delete a LUN that tgtd reports still '
+                    'active right after its sessions were closed.'),
+]
+
+CONF = cfg.CONF
+for _opts in (force_detach_opts, image_opts, iscsi_opts):
+    CONF.register_opts(_opts, group=configuration.SHARED_CONF_GROUP)
+
+
+def list_opts():
+    """The oslo.config.opts entry point: options per backend section."""
+    return [(configuration.SHARED_CONF_GROUP,
+             list(itertools.chain(force_detach_opts, image_opts,
+                                  iscsi_opts)))]

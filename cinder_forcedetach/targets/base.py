@@ -1,0 +1,70 @@
+"""The interface between a driver and the block target that exports volumes.
+
+A driver never talks to a target daemon itself: it asks an
+:class:`ExportTarget` to export, grant, revoke and unexport, as Cinder keeps
+``volume/targets/`` apart from ``volume/drivers/``.  Every revoking call is
+idempotent: what is already gone counts as done.
+"""
+
+import abc
+import dataclasses
+
+
+@dataclasses.dataclass
+class Session(object):
+    """One initiator session (I_T nexus) on a target."""
+
+    sid: int
+    initiator: str
+    connections: list
+
+
+@dataclasses.dataclass
+class TargetState(object):
+    """What the target daemon really has for one exported volume."""
+
+    tid: int
+    name: str
+    luns: list = dataclasses.field(default_factory=list)
+    sessions: list = dataclasses.field(default_factory=list)
+    accounts: list = dataclasses.field(default_factory=list)
+    acls: list = dataclasses.field(default_factory=list)
+
+    @property
+    def initiators(self):
+        """Initiators that are granted access or still hold a session."""
+        names = list(self.acls)
+        names += [s.initiator for s in self.sessions
+                  if s.initiator not in names]
+        return names
+
+
+class ExportTarget(object, metaclass=abc.ABCMeta):
+    """A block target (iSCSI today) that exports volumes to initiators."""
+
+    @abc.abstractmethod
+    def find(self, name):
+        """Return the :class:`TargetState` of target *name*, or None."""
+
+    @abc.abstractmethod
+    def export(self, name, path, username=None, password=None):
+        """Export *path* as target *name*; return its :class:`TargetState`.
+
+        Exporting a target that already exists returns it unchanged.
+        """
+
+    @abc.abstractmethod
+    def grant(self, name, initiator):
+        """Allow *initiator* to log in to target *name*."""
+
+    @abc.abstractmethod
+    def revoke(self, name, initiators=None):
+        """Forbid and disconnect *initiators* (all when None).
+
+        Returns the initiators still granted afterwards (empty when the
+        target does not exist).
+        """
+
+    @abc.abstractmethod
+    def unexport(self, name):
+        """Remove target *name*, its LUNs, sessions and CHAP account."""
