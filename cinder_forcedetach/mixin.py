@@ -74,8 +74,7 @@ class ForceDetachMixin(object):
         still_shared = self.revoke_host_access(volume, connector)
         remaining = [] if connector is None else [
             a for a in volume.volume_attachment
-            if a.attach_status in force_detach_flow.LIVE_ATTACH_STATUSES
-            and a.connector and not force_detach_flow.same_host(
+            if force_detach_flow.is_live(a) and a.connector and not force_detach_flow.same_host(
                 a.connector, connector)]
         self.fence_clients(volume, [connector], remaining)
         return bool(still_shared)
@@ -146,7 +145,7 @@ class ForceDetachMixin(object):
 
     def _host_has_other_attachment(self, volume, connector):
         live = [a for a in volume.volume_attachment
-                if a.attach_status in force_detach_flow.LIVE_ATTACH_STATUSES
+                if force_detach_flow.is_live(a)
                 and force_detach_flow.same_host(a.connector, connector)]
         return len(live) > 1
 

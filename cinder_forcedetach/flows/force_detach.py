@@ -28,12 +28,13 @@ ACTION = 'volume:force_detach'
 ALLOWED_STATUSES = ('available', 'in-use', 'attaching', 'detaching',
                     'reserved', 'error', 'error_attaching',
                     'error_detaching')
-LIVE_ATTACH_STATUSES = (fields.VolumeAttachStatus.ATTACHED,
-                        fields.VolumeAttachStatus.ATTACHING,
-                        fields.VolumeAttachStatus.DETACHING,
-                        fields.VolumeAttachStatus.RESERVED,
-                        fields.VolumeAttachStatus.ERROR_ATTACHING,
-                        fields.VolumeAttachStatus.ERROR_DETACHING)
+ENDED_ATTACH_STATUSES = (fields.VolumeAttachStatus.DETACHED,
+                         fields.VolumeAttachStatus.DELETED)
+
+
+def is_live(attachment):
+    """Whether an attachment still (or may still) reaches the backend."""
+    return attachment.attach_status not in ENDED_ATTACH_STATUSES
 
 
 def lock_name(volume_id):
@@ -85,7 +86,7 @@ class ResolveAttachmentsTask(flow_utils.CinderTask):
 
         attachments = [a for a in objects.VolumeAttachmentList.
                        get_all_by_volume_id(context, volume.id)
-                       if a.attach_status in LIVE_ATTACH_STATUSES]
+                       if is_live(a)]
         if attachment_id:
             detaching = [a for a in attachments if a.id == attachment_id]
             if not detaching:
