@@ -74,8 +74,8 @@ class ForceDetachMixin(object):
         still_shared = self.revoke_host_access(volume, connector)
         remaining = [] if connector is None else [
             a for a in volume.volume_attachment
-            if force_detach_flow.is_live(a) and a.connector and not force_detach_flow.same_host(
-                a.connector, connector)]
+            if force_detach_flow.is_live(a) and a.connector and
+            not force_detach_flow.same_host(a.connector, connector)]
         self.fence_clients(volume, [connector], remaining)
         return bool(still_shared)
 

@@ -199,9 +199,14 @@ start_daemon() {
     log "started $name (pid $pid)"
 }
 
+# The monitor first, and the others only once it answers an authenticated
+# command: a mgr/OSD that reaches a monitor still starting up can fail cephx
+# ("handle_auth_bad_method ... failed to fetch mon config") and exit.
 start_all() {
-    local d
-    for d in "${DAEMONS[@]}"; do start_daemon "$d"; done
+    start_daemon mon.a
+    wait_mon
+    start_daemon mgr.x
+    start_daemon osd.0
 }
 
 any_running() {
@@ -302,9 +307,18 @@ cluster_ready() {
 }
 
 wait_ready() {
-    local t0=$1 what=$2 deadline
+    local t0=$1 what=$2 deadline d
+    local -A restarts=()
     deadline=$(( $(date +%s) + TIMEOUT ))
     until cluster_ready; do
+        daemon_pid mon.a > /dev/null || die "mon.a is not running; see $LOGDIR/ceph-mon.a.log"
+        for d in mgr.x osd.0; do
+            if ! daemon_pid "$d" > /dev/null && [ "${restarts[$d]:-0}" -lt 2 ]; then
+                restarts[$d]=$(( ${restarts[$d]:-0} + 1 ))
+                log "$d exited (see $LOGDIR/$d.stdout); starting it again"
+                start_daemon "$d"
+            fi
+        done
         if [ "$(date +%s)" -ge "$deadline" ]; then
             log "not ready after ${TIMEOUT}s; last status:"
             cephcli -s >&2 2>&1 || true

@@ -14,7 +14,6 @@ volume is exported again to another host.
 from cinder.common import constants
 from cinder import exception
 from cinder.i18n import _
-from cinder.image import image_utils
 from cinder import interface
 from cinder.volume import driver
 from cinder.volume import volume_utils

@@ -196,8 +196,9 @@ class ResetDatabaseTask(flow_utils.CinderTask):
         if not ids and not volume.volume_attachment and (
                 volume.status != 'available' or
                 volume.attach_status != fields.VolumeAttachStatus.DETACHED):
-            volume.update({'status': 'available',
-                           'attach_status': fields.VolumeAttachStatus.DETACHED})
+            volume.update({
+                'status': 'available',
+                'attach_status': fields.VolumeAttachStatus.DETACHED})
             volume.save()
         LOG.info('Force-detach of volume %(vol)s done: status %(status)s.',
                  {'vol': volume.id, 'status': volume.status})

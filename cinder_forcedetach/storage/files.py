@@ -61,7 +61,7 @@ class FileStore(object):
             LOG.debug('Volume file %s already deleted.', name)
 
     def capacity(self):
-        """(total GiB, free GiB, allocated GiB) of the directory's filesystem."""
+        """(total, free, allocated) GiB of the volumes' filesystem."""
         st = os.statvfs(self.directory)
         total = st.f_blocks * st.f_frsize / units.Gi
         free = st.f_bavail * st.f_frsize / units.Gi

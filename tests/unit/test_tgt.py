@@ -1,0 +1,229 @@
+"""The tgtadm commands the target layer issues, case by case.
+
+The target daemon is replaced by a table of its answers (stdout, or exit
+code and message as Debian's tgt 1.0.85 prints them); the functional tests
+run the same code against a real tgtd.
+"""
+
+import ddt
+import fixtures
+from oslo_concurrency import lockutils
+from oslo_concurrency import processutils
+from oslo_config import fixture as config_fixture
+import testtools
+
+from cinder_forcedetach import exception
+from cinder_forcedetach.targets import tgt
+
+IQN = 'iqn.2010-10.org.openstack:volume-1'
+HOST_A = 'iqn.1994-05.com.example:a'
+HOST_B = 'iqn.1994-05.com.example:b'
+
+
+def show(sessions=(), acls=(), accounts=('chapuser',), tid=1, name=IQN):
+    """A ``tgtadm --op show --mode target`` listing of one target."""
+    lines = ['Target %d: %s' % (tid, name),
+             '    System information:',
+             '        Driver: iscsi',
+             '        State: ready',
+             '    I_T nexus information:']
+    for sid, initiator in sessions:
+        lines += ['        I_T nexus: %d' % sid,
+                  '            Initiator: %s alias: none' % initiator,
+                  '            Connection: 0',
+                  '                IP Address: 127.0.0.1']
+    lines += ['    LUN information:',
+              '        LUN: 0',
+              '            Type: controller',
+              '        LUN: 1',
+              '            Type: disk',
+              '            Backing store path: /v/volume-1',
+              '    Account information:']
+    lines += ['        %s' % a for a in accounts]
+    lines += ['    ACL information:']
+    lines += ['        %s' % a for a in acls]
+    return '\n'.join(lines) + '\n'
+
+
+class FakeTgtadm(object):
+    """Answers tgtadm like the daemon; records each command."""
+
+    def __init__(self, listing='', errors=None):
+        self.listing = listing
+        self.errors = dict(errors or {})
+        self.commands = []
+
+    def __call__(self, *cmd, **kwargs):
+        args = cmd[5:]
+        op = ' '.join(args[:4])
+        self.commands.append(op if op.startswith('--op show') else
+                             ' '.join(args))
+        for key, (code, message) in list(self.errors.items()):
+            if ' '.join(args).startswith(key):
+                raise processutils.ProcessExecutionError(
+                    exit_code=code, stderr='tgtadm: %s\n' % message,
+                    cmd=' '.join(cmd))
+        if op == '--op show --mode target':
+            return self.listing, ''
+        return '', ''
+
+
+@ddt.ddt
+class TgtAdmTeardownTestCase(testtools.TestCase):
+
+    @ddt.unpack
+    @ddt.data(
+        # (case, listing, initiators, errors, expected commands, remaining)
+        ('idle, one host', show(acls=[HOST_A]), [HOST_A], {},
+         ['--op unbind --mode target --tid 1 --initiator-name ' + HOST_A],
+         []),
+        ('in use, one host', show(sessions=[(3, HOST_A)], acls=[HOST_A]),
+         [HOST_A], {},
+         ['--op unbind --mode target --tid 1 --initiator-name ' + HOST_A,
+          '--op delete --mode conn --tid 1 --sid 3 --cid 0'], []),
+        ('shared export keeps the other host',
+         show(sessions=[(3, HOST_A), (4, HOST_B)], acls=[HOST_A, HOST_B]),
+         [HOST_A], {},
+         ['--op unbind --mode target --tid 1 --initiator-name ' + HOST_A,
+          '--op delete --mode conn --tid 1 --sid 3 --cid 0'], [HOST_B]),
+        ('all hosts, session without ACL',
+         show(sessions=[(3, HOST_A), (4, HOST_B)], acls=[HOST_A]),
+         None, {},
+         ['--op unbind --mode target --tid 1 --initiator-name ' + HOST_A,
+          '--op delete --mode conn --tid 1 --sid 3 --cid 0',
+          '--op delete --mode conn --tid 1 --sid 4 --cid 0'], []),
+        ('session vanished meanwhile', show(sessions=[(3, HOST_A)]),
+         [HOST_A], {'--op delete --mode conn': (22, "can't find the session")},
+         ['--op delete --mode conn --tid 1 --sid 3 --cid 0'], []),
+        ('target already gone', '', [HOST_A], {}, [], []),
+    )
+    def test_revoke(self, case, listing, initiators, errors, expected,
+                    remaining):
+        fake = FakeTgtadm(listing, errors)
+        target = tgt.TgtAdm(control_port=7, execute=fake)
+        self.assertEqual(remaining, target.revoke(IQN, initiators), case)
+        self.assertEqual(['--op show --mode target'] + expected,
+                         fake.commands, case)
+
+    @ddt.unpack
+    @ddt.data(
+        ('idle', show(acls=[HOST_A]), {},
+         ['--op unbind --mode target --tid 1 --initiator-name ' + HOST_A,
+          '--op delete --mode logicalunit --tid 1 --lun 1',
+          '--op delete --mode target --tid 1 --force',
+          '--op delete --mode account --user chapuser']),
+        ('in use', show(sessions=[(3, HOST_A)], acls=[HOST_A]), {},
+         ['--op unbind --mode target --tid 1 --initiator-name ' + HOST_A,
+          '--op delete --mode conn --tid 1 --sid 3 --cid 0',
+          '--op delete --mode logicalunit --tid 1 --lun 1',
+          '--op delete --mode target --tid 1 --force',
+          '--op delete --mode account --user chapuser']),
+        ('LUN and account vanished meanwhile', show(), {
+            '--op delete --mode logicalunit': (
+                22, "can't find the logical unit"),
+            '--op delete --mode account': (22, "can't find the account")},
+         ['--op delete --mode logicalunit --tid 1 --lun 1',
+          '--op delete --mode target --tid 1 --force',
+          '--op delete --mode account --user chapuser']),
+        ('already gone', '', {}, []),
+    )
+    def test_unexport(self, case, listing, errors, expected):
+        fake = FakeTgtadm(listing, errors)
+        tgt.TgtAdm(control_port=7, execute=fake).unexport(IQN)
+        self.assertEqual(['--op show --mode target'] + expected,
+                         fake.commands, case)
+
+    def test_lun_still_active_is_retried(self):
+        fake = FakeTgtadm(show(), {'--op delete --mode logicalunit': (
+            22, 'this target is still active')})
+        target = tgt.TgtAdm(control_port=7, execute=fake,
+                            lun_delete_attempts=2)
+        self.assertRaises(exception.TargetCommandFailed,
+                          target.unexport, IQN)
+        self.assertEqual(2, fake.commands.count(
+            '--op delete --mode logicalunit --tid 1 --lun 1'))
+        self.assertNotIn('--op delete --mode target --tid 1 --force',
+                         fake.commands)
+
+    @ddt.data('revoke', 'unexport', 'find')
+    def test_daemon_down_is_a_failure_never_gone(self, method):
+        fake = FakeTgtadm(errors={'--op show': (
+            107, 'failed to send request hdr to tgt daemon, Transport '
+                 'endpoint is not connected')})
+        target = tgt.TgtAdm(control_port=7, execute=fake)
+        self.assertRaises(exception.TargetDaemonUnavailable,
+                          getattr(target, method), IQN)
+
+    def test_daemon_down_mid_teardown(self):
+        fake = FakeTgtadm(show(sessions=[(3, HOST_A)], acls=[HOST_A]), {
+            '--op delete --mode conn': (107, 'Transport endpoint is not '
+                                             'connected')})
+        target = tgt.TgtAdm(control_port=7, execute=fake)
+        self.assertRaises(exception.TargetDaemonUnavailable,
+                          target.unexport, IQN)
+        self.assertNotIn('--op delete --mode target --tid 1 --force',
+                         fake.commands)
+
+    def test_other_error_is_not_swallowed(self):
+        fake = FakeTgtadm(show(acls=[HOST_A]), {
+            '--op unbind': (22, 'out of memory')})
+        target = tgt.TgtAdm(control_port=7, execute=fake)
+        err = self.assertRaises(exception.TargetCommandFailed,
+                                target.revoke, IQN, [HOST_A])
+        self.assertIn('out of memory', str(err))
+
+
+class TgtAdmExportTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super(TgtAdmExportTestCase, self).setUp()
+        lock_path = self.useFixture(fixtures.TempDir()).path
+        conf = self.useFixture(config_fixture.Config(lockutils.CONF))
+        conf.config(lock_path=lock_path, group='oslo_concurrency')
+
+    def test_new_export_takes_next_tid_and_chap(self):
+        other = show(tid=4, name='iqn.other', accounts=())
+        fake = FakeTgtadm(other)
+        state = tgt.TgtAdm(control_port=7, execute=fake).export(
+            IQN, '/v/volume-1', 'user', 's3cret')
+        self.assertEqual(5, state.tid)
+        self.assertEqual(
+            ['--op show --mode target',
+             '--op new --mode target --tid 5 --targetname ' + IQN,
+             '--op new --mode logicalunit --tid 5 --lun 1 --backing-store '
+             '/v/volume-1',
+             '--op new --mode account --user user --password s3cret',
+             '--op bind --mode account --tid 5 --user user'], fake.commands)
+
+    def test_existing_export_is_reused(self):
+        fake = FakeTgtadm(show(accounts=['user']))
+        tgt.TgtAdm(control_port=7, execute=fake).export(
+            IQN, '/v/volume-1', 'user', 's3cret')
+        self.assertEqual(['--op show --mode target'], fake.commands)
+
+    def test_grant_is_idempotent(self):
+        fake = FakeTgtadm(show(acls=[HOST_A]))
+        target = tgt.TgtAdm(control_port=7, execute=fake)
+        target.grant(IQN, HOST_A)
+        target.grant(IQN, HOST_B)
+        self.assertEqual(
+            ['--op show --mode target', '--op show --mode target',
+             '--op bind --mode target --tid 1 --initiator-name ' + HOST_B],
+            fake.commands)
+
+
+class ParseTestCase(testtools.TestCase):
+
+    def test_parse_two_targets(self):
+        listing = (show(sessions=[(3, HOST_A)], acls=[HOST_A, HOST_B]) +
+                   show(tid=2, name='iqn.b', accounts=()))
+        targets = tgt.parse_targets(listing)
+        self.assertEqual({IQN, 'iqn.b'}, set(targets))
+        first = targets[IQN]
+        self.assertEqual((1, [0, 1], ['chapuser'], [HOST_A, HOST_B]),
+                         (first.tid, first.luns, first.accounts, first.acls))
+        self.assertEqual([(3, HOST_A, [0])],
+                         [(s.sid, s.initiator, s.connections)
+                          for s in first.sessions])
+        self.assertEqual([HOST_A, HOST_B], first.initiators)
+        self.assertEqual([], targets['iqn.b'].accounts)
