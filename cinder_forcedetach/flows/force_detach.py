@@ -232,7 +232,8 @@ def run(context, driver, volume, connector=None, attachment_id=None):
     try:
         with flow_utils.DynamicLogListener(engine, logger=LOG):
             engine.run()
-    except (exception.Invalid, exception.NotFound):
+    except (exception.Invalid, exception.NotFound,
+            exception.InvalidConnectorException):
         raise
     except Exception as err:
         failures = engine.storage.get_execute_failures()

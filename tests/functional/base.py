@@ -9,13 +9,17 @@ this test started.  Tooz locks are real (file backend).
 
 import os
 import sys
+import tempfile
 import time
 
 from cinder import context
+from cinder.db import migration
 from cinder.tests.functional import functional_helpers
+from cinder.tests.unit import test as cinder_test
 from cinder.volume import configuration
 import fixtures
 from oslo_config import cfg
+import sqlalchemy
 
 # Imported before flags are set, so that its options are registered.
 from cinder_forcedetach.drivers import iscsi  # noqa: F401
@@ -46,6 +50,9 @@ class CinderTgtTestCase(functional_helpers._FunctionalTestBase):
     _vol_type_name = 'forcedetach'
 
     def setUp(self):
+        # A database file rather than sqlite:// so that a forked child (the
+        # crash tests) sees the same database as the services.
+        self._use_database_file()
         self.volumes_dir = self.useFixture(fixtures.TempDir()).path
         self.tgtd = self.useFixture(fd_fixtures.TgtdFixture()).tgtd
         super(CinderTgtTestCase, self).setUp()
@@ -54,6 +61,24 @@ class CinderTgtTestCase(functional_helpers._FunctionalTestBase):
         self.ctxt = context.get_admin_context()
         self.initiators = []
         self.addCleanup(self._close_initiators)
+
+    def _use_database_file(self):
+        if not cinder_test.DB_SCHEMA:
+            # Cinder's fixture caches the schema by migrating the test
+            # database itself, which then already has the tables: cache it
+            # from a scratch in-memory database instead.
+            engine = sqlalchemy.create_engine('sqlite://')
+            migration.db_sync(engine=engine)
+            with engine.connect() as conn:
+                cinder_test.DB_SCHEMA = ''.join(
+                    conn.connection.iterdump())
+            engine.dispose()
+        path = os.path.join(tempfile.gettempdir(),
+                            'cinder-forcedetach-test-%d.sqlite' % os.getpid())
+        if os.path.exists(path):
+            os.unlink(path)
+        CONF.set_override('connection', 'sqlite:///' + path, 'database')
+        self.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
 
     def _get_flags(self):
         f = super(CinderTgtTestCase, self)._get_flags()
@@ -91,6 +116,14 @@ class CinderTgtTestCase(functional_helpers._FunctionalTestBase):
         body.update(extra)
         vol = self.api.post_volume({'volume': body})
         return self.wait_volume(vol['id'], ('available', 'error'))
+
+    def multiattach_type(self, name='forcedetach-multiattach'):
+        """A volume type whose volumes may be attached to several hosts."""
+        types = [t['name'] for t in self.api.api_get('/types')['volume_types']]
+        if name not in types:
+            self.api.api_post('/types', {'volume_type': {
+                'name': name, 'extra_specs': {'multiattach': '<is> True'}}})
+        return name
 
     def attach(self, volume_id, host, complete=True):
         """Attachment API (3.27+) as Nova drives it; returns (att, info)."""

@@ -1,0 +1,97 @@
+"""What the file-backed drivers share: sparse-file volumes and their stats.
+
+Volumes, snapshots and clones are sparse raw files of a
+:class:`~cinder_forcedetach.storage.files.FileStore`; a protocol driver
+(iSCSI on tgtd, Fibre Channel on an array) adds only how hosts reach them.
+List :class:`~cinder_forcedetach.mixin.ForceDetachMixin` first::
+
+    class MyDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
+        protocol = constants.FC
+"""
+
+from cinder.volume import driver
+from cinder.volume import volume_utils
+
+from cinder_forcedetach import opts
+from cinder_forcedetach.storage import files
+
+# The volume directory option, shared with the iSCSI driver (same Opt
+# object, so registering it for both drivers never conflicts).
+volume_file_opts = [opt for opt in opts.iscsi_opts
+                    if opt.dest == 'forcedetach_volumes_dir']
+
+
+class FileVolumeDriver(driver.VolumeDriver):
+    """Sparse-file volumes; subclasses set ``protocol`` and connect hosts."""
+
+    VERSION = '1.0.0'
+    CI_WIKI_NAME = 'cinder-forcedetach_CI'
+    DEFAULT_BACKEND_NAME = 'forcedetach'
+    protocol = None
+
+    def __init__(self, *args, **kwargs):
+        super(FileVolumeDriver, self).__init__(*args, **kwargs)
+        self.configuration.append_config_values(volume_file_opts)
+        conf = self.configuration
+        self.backend_name = (conf.safe_get('volume_backend_name') or
+                             self.DEFAULT_BACKEND_NAME)
+        self.store = files.FileStore(conf.forcedetach_volumes_dir,
+                                     execute=self._execute)
+
+    def do_setup(self, context):
+        self.store.setup()
+
+    def local_path(self, volume):
+        return self.store.path(volume.name)
+
+    # -- volumes and snapshots ---------------------------------------------
+
+    def create_volume(self, volume):
+        self.store.create(volume.name, volume.size)
+
+    def delete_volume(self, volume):
+        self.store.delete(volume.name)
+
+    def extend_volume(self, volume, new_size):
+        self.store.resize(volume.name, new_size)
+
+    def create_snapshot(self, snapshot):
+        self.store.copy(snapshot.volume_name, snapshot.name)
+
+    def delete_snapshot(self, snapshot):
+        self.store.delete(snapshot.name)
+
+    def create_volume_from_snapshot(self, volume, snapshot):
+        self.store.copy(snapshot.name, volume.name, size_gb=volume.size)
+
+    def create_cloned_volume(self, volume, src_vref):
+        self.store.copy(src_vref.name, volume.name, size_gb=volume.size)
+
+    def copy_volume_to_image(self, context, volume, image_service,
+                             image_meta):
+        volume_utils.upload_volume(context, image_service, image_meta,
+                                   self.local_path(volume), volume)
+
+    def clone_image(self, context, volume, image_location, image_meta,
+                    image_service):
+        return None, False
+
+    def _update_volume_stats(self):
+        total, free, allocated = self.store.capacity()
+        self._stats = {
+            'volume_backend_name': self.backend_name,
+            'vendor_name': 'Open Source',
+            'driver_version': self.VERSION,
+            'storage_protocol': self.protocol,
+            'total_capacity_gb': total,
+            'free_capacity_gb': free,
+            'provisioned_capacity_gb': allocated,
+            'reserved_percentage':
+                self.configuration.safe_get('reserved_percentage') or 0,
+            'max_over_subscription_ratio':
+                self.configuration.safe_get('max_over_subscription_ratio'),
+            'thin_provisioning_support': True,
+            'thick_provisioning_support': False,
+            'multiattach': True,
+            'QoS_support': False,
+        }

@@ -1,0 +1,303 @@
+"""Force-detach on a real tgtd, with live qemu-io initiators, in real Cinder.
+
+Everything here is real: Cinder's API, scheduler and volume services (its
+in-process harness), its SQLite database and objects, tooz file locks,
+tgtd on loopback, qemu-io/libiscsi sessions with per-export CHAP.  Crashes
+are real too: the force-detach runs in a forked child that exits with
+``os._exit`` in the middle of the backend teardown.
+"""
+
+import functools
+import os
+import traceback
+
+import ddt
+from cinder import exception as cinder_exception
+from cinder import objects
+
+from cinder_forcedetach import exception
+from cinder_forcedetach.flows import force_detach as flow
+from cinder_forcedetach.targets import tgt
+from tests.functional import base
+
+CRASH_EXIT = 77
+
+
+@ddt.ddt
+class ForceDetachTestCase(base.CinderTgtTestCase):
+
+    def attached_volume(self, host='compute1'):
+        """An in-use volume whose initiator on *host* writes through tgtd."""
+        vol = self.create_volume()
+        att, info = self.attach(vol['id'], host)
+        session = self.login(info, host)
+        self.assertEqual('in-use', self.api.get_volume(vol['id'])['status'])
+        return vol['id'], att, info, session
+
+    def assert_fenced(self, session):
+        """The old initiator can neither write nor read any more."""
+        self.assertNotEqual(True, session.write(0xee, timeout=3))
+        self.assertNotEqual(True, session.read(0x5a, timeout=3))
+
+    def assert_detached(self, volume_id):
+        vol = self.db_volume(volume_id)
+        self.assertEqual(('available', 'detached'),
+                         (vol.status, vol.attach_status))
+        self.assertEqual([], [a.id for a in vol.volume_attachment])
+
+    def volume_bytes(self, volume_id, length=1 << 20):
+        with open(self.driver.local_path(self.db_volume(volume_id)),
+                  'rb') as f:
+            return f.read(length)
+
+    # -- the core guarantee -------------------------------------------------
+
+    def test_force_detach_fences_live_initiator_even_after_reexport(self):
+        vol_id, att, _info, old = self.attached_volume('compute1')
+        self.assertEqual(['compute1'], [
+            s.initiator.rsplit(':', 1)[1]
+            for s in self.target_state(vol_id).sessions])
+
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+
+        self.assertIsNone(self.target_state(vol_id))
+        self.assert_detached(vol_id)
+        self.assert_fenced(old)
+
+        # The volume goes to another host; the old initiator, still
+        # retrying, must not get back in with the old export's identity.
+        _att2, info2 = self.attach(vol_id, 'compute2')
+        self.assertNotEqual(_info_auth(_info), _info_auth(info2))
+        new = self.login(info2, 'compute2')
+        self.assertTrue(new.read(0x5a), 'data written before is lost')
+        self.assertNotEqual(True, old.write(0xee, timeout=3))
+        self.assertEqual(['compute2'], [
+            s.initiator.rsplit(':', 1)[1]
+            for s in self.target_state(vol_id).sessions])
+        self.assertNotIn(b'\xee' * 512, self.volume_bytes(vol_id))
+
+    def test_force_detach_twice_is_a_success(self):
+        vol_id, att, _info, old = self.attached_volume()
+        volume = self.db_volume(vol_id)
+        self.driver.force_detach(self.ctxt, volume, attachment_id=att['id'])
+        self.driver.force_detach(self.ctxt, volume, attachment_id=att['id'])
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        self.assertIsNone(self.target_state(vol_id))
+        self.assert_detached(vol_id)
+        self.assert_fenced(old)
+
+    def test_each_backend_step_twice(self):
+        """Every hook the flow calls converges when called again."""
+        vol_id, att, info, old = self.attached_volume()
+        volume = self.db_volume(vol_id)
+        connector = base.connector_for('compute1')
+        for _ in range(2):
+            self.assertFalse(self.driver.revoke_host_access(volume,
+                                                            connector))
+            self.driver.fence_clients(volume, [connector], [])
+            self.driver.disconnect_local_host(volume, connector, [])
+            self.driver.remove_export(self.ctxt, volume)
+        self.assertIsNone(self.target_state(vol_id))
+        for _ in range(2):
+            volume.finish_detach(att['id'])
+        self.assert_detached(vol_id)
+        self.assert_fenced(old)
+
+    def test_force_detach_one_host_keeps_the_other(self):
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att_a, info_a = self.attach(vol_id, 'compute1')
+        att_b, info_b = self.attach(vol_id, 'compute2')
+        a = self.login(info_a, 'compute1')
+        b = self.login(info_b, 'compute2')
+
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
+                                 connector=base.connector_for('compute1'))
+
+        state = self.target_state(vol_id)
+        self.assertEqual([base.initiator_name('compute2')], state.acls)
+        self.assert_fenced(a)
+        self.assertTrue(b.write(0x33, offset=8192))
+        volume = self.db_volume(vol_id)
+        self.assertEqual('in-use', volume.status)
+        self.assertEqual([att_b['id']],
+                         [x.id for x in volume.volume_attachment])
+
+    # -- crashes -----------------------------------------------------------
+
+    def _crash_in_child(self, volume_id, patch):
+        """Run force_detach in a forked child that crashes via *patch*."""
+        report = os.path.join(self.volumes_dir, 'child-traceback')
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            code = 1
+            try:
+                patch()
+                self.driver.force_detach(self.ctxt,
+                                         self.db_volume(volume_id))
+                code = 0
+            except BaseException:
+                with open(report, 'w') as f:
+                    f.write(traceback.format_exc())
+            finally:
+                os._exit(code)
+        _pid, status = os.waitpid(pid, 0)
+        why = open(report).read() if os.path.exists(report) else ''
+        self.assertEqual(CRASH_EXIT, os.waitstatus_to_exitcode(status),
+                         'the child did not crash where asked: ' + why)
+
+    @ddt.data(1, 2, 3, 4, 5)
+    def test_crash_after_nth_target_command_then_rerun(self, nth):
+        vol_id, _att, _info, old = self.attached_volume()
+        real = tgt.TgtAdm._tgtadm
+        calls = []
+
+        def patch():
+            @functools.wraps(real)
+            def crashing(target_self, *args, **kwargs):
+                out = real(target_self, *args, **kwargs)
+                if args[1] != 'show':
+                    calls.append(args)
+                    if len(calls) == nth:
+                        os._exit(CRASH_EXIT)
+                return out
+            tgt.TgtAdm._tgtadm = crashing
+
+        self._crash_in_child(vol_id, patch)
+        # The crash left the backend half torn down and Cinder untouched.
+        volume = self.db_volume(vol_id)
+        self.assertEqual(('in-use', 1), (volume.status,
+                                         len(volume.volume_attachment)))
+        self.driver.force_detach(self.ctxt, volume)
+        self.assertIsNone(self.target_state(vol_id))
+        self.assert_detached(vol_id)
+        self.assert_fenced(old)
+
+    @ddt.data(flow.DisconnectLocalHostTask, flow.RevokeHostAccessTask,
+              flow.FenceClientsTask, flow.RemoveExportTask)
+    def test_crash_after_step_then_rerun(self, step):
+        vol_id, _att, _info, old = self.attached_volume()
+        real = step.execute
+
+        def patch():
+            @functools.wraps(real)
+            def crashing(*args, **kwargs):
+                real(*args, **kwargs)
+                os._exit(CRASH_EXIT)
+            step.execute = crashing
+
+        self._crash_in_child(vol_id, patch)
+        self.assertEqual('in-use', self.db_volume(vol_id).status)
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        self.assertIsNone(self.target_state(vol_id))
+        self.assert_detached(vol_id)
+        self.assert_fenced(old)
+
+    # -- failures leave the database alone -----------------------------------
+
+    def test_tgtd_down_fails_and_leaves_db_unchanged(self):
+        vol_id, att, _info, old = self.attached_volume()
+        self.tgtd.kill()
+        volume = self.db_volume(vol_id)
+        err = self.assertRaises(exception.ForceDetachFailed,
+                                self.driver.force_detach, self.ctxt, volume)
+        self.assertIn('RevokeHostAccessTask', str(err))
+        volume = self.db_volume(vol_id)
+        self.assertEqual(('in-use', 'attached', [att['id']]),
+                         (volume.status, volume.attach_status,
+                          [a.id for a in volume.volume_attachment]))
+        # The daemon comes back (empty); the re-run converges.
+        self.tgtd.start()
+        self.driver.force_detach(self.ctxt, volume)
+        self.assert_detached(vol_id)
+
+    def test_remove_export_failure_leaves_db_unchanged(self):
+        vol_id, att, _info, old = self.attached_volume()
+        volume = self.db_volume(vol_id)
+        real = tgt.TgtAdm._delete_lun
+
+        def lun_busy(target_self, tid, lun):
+            raise exception.TargetCommandFailed(
+                command='--op delete --mode logicalunit',
+                reason='this target is still active')
+        tgt.TgtAdm._delete_lun = lun_busy
+        self.addCleanup(setattr, tgt.TgtAdm, '_delete_lun', real)
+
+        err = self.assertRaises(exception.ForceDetachFailed,
+                                self.driver.force_detach, self.ctxt, volume)
+        self.assertIn('RemoveExportTask', str(err))
+        self.assertEqual('in-use', self.db_volume(vol_id).status)
+        # Access was already revoked: the initiator stays fenced.
+        self.assert_fenced(old)
+
+    # -- bad input ---------------------------------------------------------
+
+    @ddt.data({'host': 'compute1'}, {'host': 'compute1', 'initiator': ''},
+              ['not', 'a', 'dict'])
+    def test_malformed_connector_changes_nothing(self, connector):
+        vol_id, att, _info, session = self.attached_volume()
+        self.assertRaises(cinder_exception.InvalidConnectorException,
+                          self.driver.force_detach, self.ctxt,
+                          self.db_volume(vol_id), connector=connector)
+        self.assertTrue(session.write(0x44))
+        self.assertEqual('in-use', self.db_volume(vol_id).status)
+
+    def test_unknown_attachment_changes_nothing(self):
+        vol_id, att, _info, session = self.attached_volume()
+        self.assertRaises(cinder_exception.VolumeAttachmentNotFound,
+                          self.driver.force_detach, self.ctxt,
+                          self.db_volume(vol_id),
+                          attachment_id='00000000-0000-0000-0000-000000000000')
+        other_id, other_att, _i, _s = self.attached_volume('compute2')
+        self.assertRaises(cinder_exception.InvalidVolume,
+                          self.driver.force_detach, self.ctxt,
+                          self.db_volume(vol_id),
+                          attachment_id=other_att['id'])
+        self.assertTrue(session.write(0x44))
+        self.assertEqual('in-use', self.db_volume(vol_id).status)
+
+    @ddt.data('creating', 'deleting', 'downloading', 'migrating',
+              'backing-up')
+    def test_wrong_state_changes_nothing(self, status):
+        vol_id, att, _info, session = self.attached_volume()
+        volume = self.db_volume(vol_id)
+        volume.status = status
+        volume.save()
+        err = self.assertRaises(cinder_exception.InvalidVolume,
+                                self.driver.force_detach, self.ctxt, volume)
+        self.assertIn(status, str(err))
+        self.assertTrue(session.write(0x44))
+        self.assertIsNotNone(self.target_state(vol_id))
+
+    # -- stuck states --------------------------------------------------------
+
+    @ddt.data('attaching', 'detaching', 'reserved', 'error_attaching')
+    def test_stuck_state_with_live_export(self, status):
+        vol_id, att, _info, old = self.attached_volume()
+        volume = self.db_volume(vol_id)
+        volume.status = status
+        volume.save()
+        attachment = objects.VolumeAttachment.get_by_id(self.ctxt, att['id'])
+        attachment.attach_status = (status if status != 'detaching'
+                                    else 'attached')
+        attachment.save()
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        self.assertIsNone(self.target_state(vol_id))
+        self.assert_detached(vol_id)
+        self.assert_fenced(old)
+
+    def test_stuck_without_attachment_rows(self):
+        """Cinder lost the rows; the backend still exports to a host."""
+        vol_id, att, _info, old = self.attached_volume()
+        objects.VolumeAttachment.get_by_id(self.ctxt, att['id']).destroy()
+        volume = self.db_volume(vol_id)
+        volume.status = 'detaching'
+        volume.save()
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        self.assertIsNone(self.target_state(vol_id))
+        self.assert_detached(vol_id)
+        self.assert_fenced(old)
+
+
+def _info_auth(info):
+    return (info.get('auth_username'), info.get('auth_password'))
