@@ -23,8 +23,10 @@ What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 
 import socket
 
+from cinder import coordination
 from cinder import exception
 from cinder.i18n import _
+from cinder import objects
 from cinder.volume import volume_utils
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -133,6 +135,9 @@ class ForceDetachMixin(object):
             info = info or self.local_connection_info(volume, host_connector)
             if not info:
                 continue
+            # Cinder stores an attachment's connection_info flattened:
+            # the 'data' keys beside driver_volume_type.
+            properties = info.get('data', info)
             brick = volume_utils.brick_get_connector(
                 info['driver_volume_type'],
                 use_multipath=bool(host_connector.get('multipath')),
@@ -140,7 +145,7 @@ class ForceDetachMixin(object):
                     'forcedetach_device_scan_attempts'))
             LOG.info('Disconnecting volume %s from this host (%s).',
                      volume.id, info['driver_volume_type'])
-            brick.disconnect_volume(info['data'], None, force=True,
+            brick.disconnect_volume(properties, None, force=True,
                                     ignore_errors=True)
 
     def _host_has_other_attachment(self, volume, connector):
@@ -176,3 +181,49 @@ class ForceDetachMixin(object):
                 volume.status)
         self.copy_image_to_volume(context, volume, image_service, image_id,
                                   disable_sparse=True)
+
+    # -- connection_info refresh (nova-manage volume_attachment refresh) ----
+
+    # What Cinder's volume manager adds to the driver's connection data
+    # (_parse_connection_options, _connection_create): kept from the stored
+    # connection_info unless the driver now returns them itself.
+    MANAGER_CONNECTION_KEYS = ('qos_specs', 'access_mode', 'encrypted',
+                               'cacheable', 'discard', 'enforce_multipath')
+
+    def refresh_connection_info(self, context, attachment):
+        """Rebuild an attachment's connection_info from the backend.
+
+        Runs :meth:`initialize_connection` again with the connector stored
+        on the attachment (so an RBD attachment gets the monitors' current
+        addresses, an iSCSI one the current portal), stores the result on
+        the attachment, flattened as Cinder stores it, and returns it.
+        Under the volume's force-detach lock, so it never races one.
+        """
+        if not attachment.connector or not force_detach_flow.is_live(
+                attachment):
+            raise exception.InvalidInput(reason=_(
+                'attachment %(att)s has no live connection to refresh '
+                '(status %(status)s, connector %(conn)s)') % {
+                    'att': attachment.id,
+                    'status': attachment.attach_status,
+                    'conn': 'set' if attachment.connector else 'none'})
+        volume = objects.Volume.get_by_id(context, attachment.volume_id)
+        self.validate_connector(attachment.connector)
+        lock = coordination.COORDINATOR.get_lock(
+            force_detach_flow.lock_name(volume.id))
+        with lock:
+            new = self.initialize_connection(volume, attachment.connector)
+            info = dict(new.get('data') or {})
+            old = attachment.connection_info or {}
+            for key in self.MANAGER_CONNECTION_KEYS:
+                if key not in info and key in old:
+                    info[key] = old[key]
+            info['driver_volume_type'] = new['driver_volume_type']
+            info['attachment_id'] = attachment.id
+            attachment.connection_info = info
+            attachment.save()
+        LOG.info('Refreshed connection_info of attachment %(att)s of volume '
+                 '%(vol)s (%(type)s).', {'att': attachment.id,
+                                         'vol': volume.id,
+                                         'type': info['driver_volume_type']})
+        return info

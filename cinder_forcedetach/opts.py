@@ -5,6 +5,8 @@ import itertools
 from cinder.volume import configuration
 from oslo_config import cfg
 
+from cinder_forcedetach.arrays import sqlite as sqlite_array
+
 force_detach_opts = [
     cfg.BoolOpt('forcedetach_disconnect_local_host',
                 default=True,
@@ -39,19 +41,19 @@ iscsi_opts = [
                 help='Give every export its own CHAP account, created anew '
                      'whenever the export is created. Removing it is part '
                      'of what fences a force-detached initiator.'),
-    cfg.IntOpt('forcedetach_lun_delete_attempts',
-               default=5, min=1,
-               help='Attempts to delete a LUN that tgtd reports still '
-                    'active right after its sessions were closed.'),
 ]
 
 CONF = cfg.CONF
-for _opts in (force_detach_opts, image_opts, iscsi_opts):
+for _opts in (force_detach_opts, image_opts, iscsi_opts,
+              sqlite_array.fc_opts):
     CONF.register_opts(_opts, group=configuration.SHARED_CONF_GROUP)
 
 
 def list_opts():
     """The oslo.config.opts entry point: options per backend section."""
+    # Imported here: the RBD driver module imports this one.
+    from cinder_forcedetach.drivers import rbd as rbd_driver
     return [(configuration.SHARED_CONF_GROUP,
              list(itertools.chain(force_detach_opts, image_opts,
-                                  iscsi_opts)))]
+                                  iscsi_opts, sqlite_array.fc_opts,
+                                  rbd_driver.rbd_opts)))]

@@ -24,6 +24,11 @@
 # Keys only ever live in keyring files (mode 0600); nothing here prints one.
 set -euo pipefail
 umask 077
+# Ceph itself reads these: CEPH_KEYRING even overrides the keyring of the
+# daemons' own config sections, so a shell that ran `eval "$(ceph-dev.sh env)"`
+# would start an OSD holding the client.cinder key. Everything below passes
+# its conf and keyring explicitly.
+unset CEPH_ARGS CEPH_KEYRING CEPH_CONF CEPH_LIB
 
 PROG=${0##*/}
 DIR=${CEPH_DEV_DIR:-/tmp/cinder-forcedetach-ceph}
@@ -150,6 +155,12 @@ osd objectstore = bluestore
 bluestore block create = true
 bluestore block size = $size_bytes
 osd memory target = 1073741824
+# a file looks rotational: the hdd default of 5 op shards opens and closes
+# the block file once per shard at start, each close waiting up to one aio
+# poll period (250 ms): fewer shards + a shorter poll = ~2 s faster start
+osd op num shards = 2
+osd op num threads per shard = 2
+bdev aio poll ms = 50
 EOF
     chmod 0644 "$tmp"
     mv -f "$tmp" "$CONF"
@@ -175,15 +186,29 @@ daemon_pid() {
     printf '%s\n' "$pid"
 }
 
+port_in_use() {
+    (exec 3<> "/dev/tcp/$1/$2") 2> /dev/null
+}
+
+# ceph-mon would retry a busy port for ~10 s and then exit: fail early
+check_mon_ports() {
+    local port
+    for port in "$MON_PORT_V2" "$MON_PORT"; do
+        ! port_in_use "$MON_ADDR" "$port" \
+            || die "$MON_ADDR:$port is already in use (another cluster? set CEPH_DEV_MON_PORT/CEPH_DEV_MON_PORT_V2)"
+    done
+}
+
 start_daemon() {
-    local name=$1 type=${1%%.*} id=${1#*.} pid
+    local name=$1 type=${1%%.*} id=${1#*.} pid port
     if pid=$(daemon_pid "$name"); then
         log "$name already running (pid $pid)"
         return 0
     fi
+    if [ "$type" = mon ]; then check_mon_ports; fi
     # setsid: the daemons outlive the caller's process group (a test runner
     # killing its group must not take the cluster down). fd 9 is our lock.
-    env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV -u CEPH_ARGS -u CEPH_CONF \
+    env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV \
         setsid "ceph-$type" -f --cluster ceph -c "$CONF" -i "$id" \
         < /dev/null >> "$LOGDIR/$name.stdout" 2>&1 9>&- &
     pid=$!
@@ -199,9 +224,8 @@ start_daemon() {
     log "started $name (pid $pid)"
 }
 
-# The monitor first, and the others only once it answers an authenticated
-# command: a mgr/OSD that reaches a monitor still starting up can fail cephx
-# ("handle_auth_bad_method ... failed to fetch mon config") and exit.
+# The monitor first, and the others once it answers an authenticated command
+# (so a broken monitor shows up as such, not as a mgr/OSD hunting for it).
 start_all() {
     start_daemon mon.a
     wait_mon
@@ -348,6 +372,7 @@ bootstrap() {
     check_loopback "$DAEMON_ADDR"
     [[ $MON_PORT =~ ^[0-9]+$ && $MON_PORT_V2 =~ ^[0-9]+$ && $MON_PORT != "$MON_PORT_V2" ]] \
         || die "bad monitor ports '$MON_PORT'/'$MON_PORT_V2'"
+    check_mon_ports
     FSID=$(cat /proc/sys/kernel/random/uuid)
     OSD_UUID=$(cat /proc/sys/kernel/random/uuid)
     BOOTSTRAPPED=0
@@ -533,8 +558,15 @@ cmd_move_mon() {
     lock
     load_settings
     [ "$BOOTSTRAPPED" = 1 ] || die "cluster in $DIR is not (completely) created"
-    local old
+    local old old_addr=$MON_ADDR old_port=$MON_PORT
     old=$(mon_addrvec)
+    MON_ADDR=$new
+    [ -n "$newport" ] && MON_PORT=$newport
+    # the new address must be free before the cluster is touched
+    if [ "$MON_ADDR:$MON_PORT" != "$old_addr:$old_port" ]; then
+        check_mon_ports
+    fi
+    MON_ADDR=$old_addr MON_PORT=$old_port
     stop_all
     ceph-mon --cluster ceph -c "$CONF" -i a --extract-monmap "$map" > /dev/null 2>&1 \
         || die "could not extract the monmap"

@@ -43,9 +43,7 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
         self.store = files.FileStore(conf.forcedetach_volumes_dir,
                                      execute=self._execute)
         self.target = tgt.TgtAdm(
-            control_port=conf.forcedetach_tgt_control_port,
-            execute=self._execute,
-            lun_delete_attempts=conf.forcedetach_lun_delete_attempts)
+            control_port=conf.forcedetach_tgt_control_port)
         self.protocol = constants.ISCSI
 
     @staticmethod

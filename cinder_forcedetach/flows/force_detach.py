@@ -37,6 +37,19 @@ def is_live(attachment):
     return attachment.attach_status not in ENDED_ATTACH_STATUSES
 
 
+class Attachments(list):
+    """Attachments passed between tasks; shown by id only.
+
+    Taskflow's listener logs task results: the attachments' connection_info
+    holds CHAP passwords, which must not reach the logs.
+    """
+
+    def __repr__(self):
+        return 'Attachments(%s)' % ', '.join(a.id for a in self)
+
+    __str__ = __repr__
+
+
 def lock_name(volume_id):
     """Name of the coordination lock that serialises force-detach."""
     return 'cinder-forcedetach-%s' % volume_id
@@ -102,7 +115,7 @@ class ResolveAttachmentsTask(flow_utils.CinderTask):
                  'detach, %(m)d kept.', {'vol': volume.id,
                                          'n': len(detaching),
                                          'm': len(remaining)})
-        return detaching, remaining
+        return Attachments(detaching), Attachments(remaining)
 
 
 def _check_attachment_was_ours(context, volume, attachment_id):

@@ -7,13 +7,13 @@ for every error, so "already gone" is recognised by its message, and exit
 """
 
 import re
-import time
 
 from oslo_concurrency import lockutils
-from oslo_concurrency import processutils
 from oslo_log import log as logging
+from oslo_utils import strutils
 
 from cinder_forcedetach import exception
+from cinder_forcedetach.privileged import tgt as privileged_tgt
 from cinder_forcedetach.targets import base
 
 LOG = logging.getLogger(__name__)
@@ -28,7 +28,6 @@ GONE_MESSAGES = (
     "can't find the account",
 )
 EXISTS_MARKER = 'already exists'
-STILL_ACTIVE = 'this target is still active'
 DAEMON_DOWN_RC = 107
 BACKING_LUN = 1
 
@@ -76,34 +75,31 @@ def parse_targets(output):
 class TgtAdm(base.ExportTarget):
     """Exports volumes through one ``tgtd`` instance."""
 
-    def __init__(self, control_port=0, execute=processutils.execute,
-                 lun_delete_attempts=5):
+    def __init__(self, control_port=0, run=privileged_tgt.tgtadm):
         self.control_port = control_port
-        self._execute = execute
-        self.lun_delete_attempts = lun_delete_attempts
+        self._run = run
 
     # -- plumbing --------------------------------------------------------
 
     def _tgtadm(self, *args, ignore_gone=False, ignore_exists=False):
-        cmd = ('tgtadm', '-C', str(self.control_port), '--lld', 'iscsi') + args
-        try:
-            out, _err = self._execute(*cmd, run_as_root=True)
+        args = ('-C', str(self.control_port), '--lld', 'iscsi') + args
+        LOG.debug('tgtadm %s', strutils.mask_password(' '.join(args)))
+        code, out, err = self._run(args)
+        if code == 0:
             return out
-        except processutils.ProcessExecutionError as err:
-            message = (err.stderr or '').strip()
-            if err.exit_code == DAEMON_DOWN_RC or (
-                    'Transport endpoint is not connected' in message):
-                raise exception.TargetDaemonUnavailable(
-                    reason='tgtd on control port %s: %s' % (
-                        self.control_port, message))
-            if ignore_gone and any(m in message for m in GONE_MESSAGES):
-                LOG.debug('tgtadm %s: already gone (%s)', ' '.join(args[:4]),
-                          message)
-                return ''
-            if ignore_exists and EXISTS_MARKER in message:
-                return ''
-            raise exception.TargetCommandFailed(command=' '.join(args[:4]),
-                                                reason=message)
+        message = (err or '').strip()
+        op = ' '.join(args[4:8])
+        if code == DAEMON_DOWN_RC or (
+                'Transport endpoint is not connected' in message):
+            raise exception.TargetDaemonUnavailable(
+                reason='tgtd on control port %s: %s' % (
+                    self.control_port, message))
+        if ignore_gone and any(m in message for m in GONE_MESSAGES):
+            LOG.debug('tgtadm %s: already gone (%s)', op, message)
+            return ''
+        if ignore_exists and EXISTS_MARKER in message:
+            return ''
+        raise exception.TargetCommandFailed(command=op, reason=message)
 
     def list_targets(self):
         """All targets the daemon has, keyed by target name."""
@@ -185,8 +181,7 @@ class TgtAdm(base.ExportTarget):
             LOG.debug('Target %s already removed.', name)
             return
         self._revoke_state(state, state.initiators)
-        for lun in [lun for lun in state.luns if lun != 0]:
-            self._delete_lun(state.tid, lun)
+        # --force also removes the LUNs (and a session that raced in).
         self._tgtadm('--op', 'delete', '--mode', 'target', '--tid',
                      str(state.tid), '--force', ignore_gone=True)
         for account in state.accounts:
@@ -197,16 +192,3 @@ class TgtAdm(base.ExportTarget):
         """Remove a CHAP account that may be left from an interrupted run."""
         self._tgtadm('--op', 'delete', '--mode', 'account', '--user',
                      username, ignore_gone=True)
-
-    def _delete_lun(self, tid, lun):
-        for attempt in range(1, self.lun_delete_attempts + 1):
-            try:
-                self._tgtadm('--op', 'delete', '--mode', 'logicalunit',
-                             '--tid', str(tid), '--lun', str(lun),
-                             ignore_gone=True)
-                return
-            except exception.TargetCommandFailed as err:
-                if (STILL_ACTIVE not in str(err)
-                        or attempt == self.lun_delete_attempts):
-                    raise
-                time.sleep(0.05 * attempt)

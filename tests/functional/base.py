@@ -14,6 +14,7 @@ import time
 
 from cinder import context
 from cinder.db import migration
+import cinder.privsep
 from cinder.tests.functional import functional_helpers
 from cinder.tests.unit import test as cinder_test
 from cinder.volume import configuration
@@ -55,6 +56,10 @@ class CinderTgtTestCase(functional_helpers._FunctionalTestBase):
         self._use_database_file()
         self.volumes_dir = self.useFixture(fixtures.TempDir()).path
         self.tgtd = self.useFixture(fd_fixtures.TgtdFixture()).tgtd
+        # We are root: tgtadm runs in this process, not through a privsep
+        # daemon (Cinder's harness forbids starting one).
+        cinder.privsep.sys_admin_pctxt.set_client_mode(False)
+        self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode, True)
         super(CinderTgtTestCase, self).setUp()
         self.api.create_type(self._vol_type_name)
         self.driver = self.volume.manager.driver

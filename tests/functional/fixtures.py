@@ -89,6 +89,12 @@ class Tgtd(object):
         except subprocess.TimeoutExpired:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=5)
+        # tgtd leaves its control socket and lock file behind.
+        for suffix in ('', '.lock'):
+            path = os.path.join(TGTD_SOCKET_DIR, 'socket.%d%s' % (
+                self.control_port, suffix))
+            if os.path.exists(path):
+                os.unlink(path)
 
     def kill(self):
         """Simulate the daemon going down (the test restarts it)."""

@@ -11,9 +11,9 @@ import functools
 import os
 import traceback
 
-import ddt
 from cinder import exception as cinder_exception
 from cinder import objects
+import ddt
 
 from cinder_forcedetach import exception
 from cinder_forcedetach.flows import force_detach as flow
@@ -214,14 +214,14 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
     def test_remove_export_failure_leaves_db_unchanged(self):
         vol_id, att, _info, old = self.attached_volume()
         volume = self.db_volume(vol_id)
-        real = tgt.TgtAdm._delete_lun
+        real = self.driver.target._run
 
-        def lun_busy(target_self, tid, lun):
-            raise exception.TargetCommandFailed(
-                command='--op delete --mode logicalunit',
-                reason='this target is still active')
-        tgt.TgtAdm._delete_lun = lun_busy
-        self.addCleanup(setattr, tgt.TgtAdm, '_delete_lun', real)
+        def target_busy(args):
+            if args[4:8] == ('--op', 'delete', '--mode', 'target'):
+                return 22, '', 'tgtadm: this target is still active'
+            return real(args)
+        self.driver.target._run = target_busy
+        self.addCleanup(setattr, self.driver.target, '_run', real)
 
         err = self.assertRaises(exception.ForceDetachFailed,
                                 self.driver.force_detach, self.ctxt, volume)

@@ -8,7 +8,6 @@ run the same code against a real tgtd.
 import ddt
 import fixtures
 from oslo_concurrency import lockutils
-from oslo_concurrency import processutils
 from oslo_config import fixture as config_fixture
 import testtools
 
@@ -53,19 +52,18 @@ class FakeTgtadm(object):
         self.errors = dict(errors or {})
         self.commands = []
 
-    def __call__(self, *cmd, **kwargs):
-        args = cmd[5:]
+    def __call__(self, args):
+        assert args[:4] == ('-C', '7', '--lld', 'iscsi'), args
+        args = args[4:]
         op = ' '.join(args[:4])
         self.commands.append(op if op.startswith('--op show') else
                              ' '.join(args))
         for key, (code, message) in list(self.errors.items()):
             if ' '.join(args).startswith(key):
-                raise processutils.ProcessExecutionError(
-                    exit_code=code, stderr='tgtadm: %s\n' % message,
-                    cmd=' '.join(cmd))
+                return code, '', 'tgtadm: %s\n' % message
         if op == '--op show --mode target':
-            return self.listing, ''
-        return '', ''
+            return 0, self.listing, ''
+        return 0, '', ''
 
 
 @ddt.ddt
@@ -100,7 +98,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
     def test_revoke(self, case, listing, initiators, errors, expected,
                     remaining):
         fake = FakeTgtadm(listing, errors)
-        target = tgt.TgtAdm(control_port=7, execute=fake)
+        target = tgt.TgtAdm(control_port=7, run=fake)
         self.assertEqual(remaining, target.revoke(IQN, initiators), case)
         self.assertEqual(['--op show --mode target'] + expected,
                          fake.commands, case)
@@ -109,40 +107,33 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
     @ddt.data(
         ('idle', show(acls=[HOST_A]), {},
          ['--op unbind --mode target --tid 1 --initiator-name ' + HOST_A,
-          '--op delete --mode logicalunit --tid 1 --lun 1',
           '--op delete --mode target --tid 1 --force',
           '--op delete --mode account --user chapuser']),
         ('in use', show(sessions=[(3, HOST_A)], acls=[HOST_A]), {},
          ['--op unbind --mode target --tid 1 --initiator-name ' + HOST_A,
           '--op delete --mode conn --tid 1 --sid 3 --cid 0',
-          '--op delete --mode logicalunit --tid 1 --lun 1',
           '--op delete --mode target --tid 1 --force',
           '--op delete --mode account --user chapuser']),
-        ('LUN and account vanished meanwhile', show(), {
-            '--op delete --mode logicalunit': (
-                22, "can't find the logical unit"),
+        ('target and account vanished meanwhile', show(), {
+            '--op delete --mode target': (22, "can't find the target"),
             '--op delete --mode account': (22, "can't find the account")},
-         ['--op delete --mode logicalunit --tid 1 --lun 1',
-          '--op delete --mode target --tid 1 --force',
+         ['--op delete --mode target --tid 1 --force',
           '--op delete --mode account --user chapuser']),
         ('already gone', '', {}, []),
     )
     def test_unexport(self, case, listing, errors, expected):
         fake = FakeTgtadm(listing, errors)
-        tgt.TgtAdm(control_port=7, execute=fake).unexport(IQN)
+        tgt.TgtAdm(control_port=7, run=fake).unexport(IQN)
         self.assertEqual(['--op show --mode target'] + expected,
                          fake.commands, case)
 
-    def test_lun_still_active_is_retried(self):
-        fake = FakeTgtadm(show(), {'--op delete --mode logicalunit': (
+    def test_target_delete_failure_keeps_the_account(self):
+        fake = FakeTgtadm(show(), {'--op delete --mode target': (
             22, 'this target is still active')})
-        target = tgt.TgtAdm(control_port=7, execute=fake,
-                            lun_delete_attempts=2)
+        target = tgt.TgtAdm(control_port=7, run=fake)
         self.assertRaises(exception.TargetCommandFailed,
                           target.unexport, IQN)
-        self.assertEqual(2, fake.commands.count(
-            '--op delete --mode logicalunit --tid 1 --lun 1'))
-        self.assertNotIn('--op delete --mode target --tid 1 --force',
+        self.assertNotIn('--op delete --mode account --user chapuser',
                          fake.commands)
 
     @ddt.data('revoke', 'unexport', 'find')
@@ -150,7 +141,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
         fake = FakeTgtadm(errors={'--op show': (
             107, 'failed to send request hdr to tgt daemon, Transport '
                  'endpoint is not connected')})
-        target = tgt.TgtAdm(control_port=7, execute=fake)
+        target = tgt.TgtAdm(control_port=7, run=fake)
         self.assertRaises(exception.TargetDaemonUnavailable,
                           getattr(target, method), IQN)
 
@@ -158,7 +149,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
         fake = FakeTgtadm(show(sessions=[(3, HOST_A)], acls=[HOST_A]), {
             '--op delete --mode conn': (107, 'Transport endpoint is not '
                                              'connected')})
-        target = tgt.TgtAdm(control_port=7, execute=fake)
+        target = tgt.TgtAdm(control_port=7, run=fake)
         self.assertRaises(exception.TargetDaemonUnavailable,
                           target.unexport, IQN)
         self.assertNotIn('--op delete --mode target --tid 1 --force',
@@ -167,7 +158,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
     def test_other_error_is_not_swallowed(self):
         fake = FakeTgtadm(show(acls=[HOST_A]), {
             '--op unbind': (22, 'out of memory')})
-        target = tgt.TgtAdm(control_port=7, execute=fake)
+        target = tgt.TgtAdm(control_port=7, run=fake)
         err = self.assertRaises(exception.TargetCommandFailed,
                                 target.revoke, IQN, [HOST_A])
         self.assertIn('out of memory', str(err))
@@ -184,7 +175,7 @@ class TgtAdmExportTestCase(testtools.TestCase):
     def test_new_export_takes_next_tid_and_chap(self):
         other = show(tid=4, name='iqn.other', accounts=())
         fake = FakeTgtadm(other)
-        state = tgt.TgtAdm(control_port=7, execute=fake).export(
+        state = tgt.TgtAdm(control_port=7, run=fake).export(
             IQN, '/v/volume-1', 'user', 's3cret')
         self.assertEqual(5, state.tid)
         self.assertEqual(
@@ -197,13 +188,13 @@ class TgtAdmExportTestCase(testtools.TestCase):
 
     def test_existing_export_is_reused(self):
         fake = FakeTgtadm(show(accounts=['user']))
-        tgt.TgtAdm(control_port=7, execute=fake).export(
+        tgt.TgtAdm(control_port=7, run=fake).export(
             IQN, '/v/volume-1', 'user', 's3cret')
         self.assertEqual(['--op show --mode target'], fake.commands)
 
     def test_grant_is_idempotent(self):
         fake = FakeTgtadm(show(acls=[HOST_A]))
-        target = tgt.TgtAdm(control_port=7, execute=fake)
+        target = tgt.TgtAdm(control_port=7, run=fake)
         target.grant(IQN, HOST_A)
         target.grant(IQN, HOST_B)
         self.assertEqual(

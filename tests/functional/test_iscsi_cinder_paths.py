@@ -1,0 +1,328 @@
+"""Cinder's own API paths reach our teardown (real API, RPC, manager, tgtd).
+
+Also: the local host teardown through real os-brick with privsep really
+executing (a forked privsep daemon running ``iscsiadm`` as root), and
+reimage through ``copy_image_to_volume`` with qemu-img.  The kernel iSCSI
+initiator cannot exist on this machine, so the local connection os-brick
+tears down was never logged in: what is proven is that os-brick's real
+disconnect code runs its commands through privsep.
+"""
+
+import logging
+import os
+import socket
+import subprocess
+import time
+
+from cinder import exception as cinder_exception
+from cinder.tests.functional.api import client
+import fixtures
+from oslo_utils import units
+
+from tests.functional import base
+
+
+class CinderApiPathsTestCase(base.CinderTgtTestCase):
+
+    def test_os_force_detach_with_connector(self):
+        vol = self.create_volume()
+        att, info = self.attach(vol['id'], 'compute1')
+        session = self.login(info, 'compute1')
+        self.force_detach_api(vol['id'], base.connector_for('compute1'),
+                              att['id'])
+        vol = self.wait_volume(vol['id'], ('available',))
+        self.assertEqual([], vol['attachments'])
+        self.assertIsNone(self.target_state(vol['id']))
+        self.assertNotEqual(True, session.write(0xee, timeout=3))
+
+    def test_os_force_detach_without_connector(self):
+        """connector None means every host (driver checklist)."""
+        vol = self.create_volume()
+        att, info = self.attach(vol['id'], 'compute1')
+        session = self.login(info, 'compute1')
+        self.force_detach_api(vol['id'])
+        self.wait_volume(vol['id'], ('available',))
+        self.assertIsNone(self.target_state(vol['id']))
+        self.assertNotEqual(True, session.write(0xee, timeout=3))
+
+    def test_os_force_detach_backend_down_is_500_and_db_unchanged(self):
+        vol = self.create_volume()
+        att, info = self.attach(vol['id'], 'compute1')
+        self.tgtd.kill()
+        self.assertRaises(client.OpenStackApiException500,
+                          self.force_detach_api, vol['id'])
+        vol = self.api.get_volume(vol['id'])
+        self.assertEqual('in-use', vol['status'])
+        self.assertEqual([att['id']],
+                         [a['attachment_id'] for a in vol['attachments']])
+
+    def test_attachment_create_complete_delete(self):
+        vol = self.create_volume()
+        att, info = self.attach(vol['id'], 'compute1')
+        state = self.target_state(vol['id'])
+        self.assertEqual([base.initiator_name('compute1')], state.acls)
+        self.assertEqual(1, len(state.accounts))
+        self.assertEqual(info['auth_username'], state.accounts[0])
+        session = self.login(info, 'compute1')
+
+        self.api.api_delete('/attachments/%s' % att['id'])
+        self.wait_volume(vol['id'], ('available',))
+        self.assertIsNone(self.target_state(vol['id']))
+        self.assertNotEqual(True, session.write(0xee, timeout=3))
+
+    def test_attachment_delete_keeps_shared_export(self):
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att_a, info_a = self.attach(vol_id, 'compute1')
+        att_b, info_b = self.attach(vol_id, 'compute2')
+        self.assertEqual(info_a['auth_username'], info_b['auth_username'])
+        a = self.login(info_a, 'compute1')
+        b = self.login(info_b, 'compute2')
+
+        self.api.api_delete('/attachments/%s' % att_a['id'])
+        self.wait_volume(vol_id, ('in-use',))
+        self.assertEqual([base.initiator_name('compute2')],
+                         self.target_state(vol_id).acls)
+        self.assertNotEqual(True, a.write(0xee, timeout=3))
+        self.assertTrue(b.write(0x22, offset=4096))
+
+        self.api.api_delete('/attachments/%s' % att_b['id'])
+        self.wait_volume(vol_id, ('available',))
+        self.assertIsNone(self.target_state(vol_id))
+
+    def test_chap_password_never_logged(self):
+        """Not by us, nor by the commands we run, nor by os-brick.
+
+        (At DEBUG, oslo.policy itself logs whole volume objects, with
+        provider_auth, on policy checks: that is upstream's, and the
+        reason deployments do not run cinder-api with debug on.)
+        """
+        records = []
+        handler = logging.Handler(level=logging.DEBUG)
+        handler.emit = lambda record: records.append(
+            (record.name, record.getMessage()))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        self.addCleanup(root.removeHandler, handler)
+        self.useFixture(fixtures.MonkeyPatch(
+            'logging.root.level', logging.DEBUG))
+        vol = self.create_volume()
+        att, info = self.attach(vol['id'], 'compute1')
+        self.login(info, 'compute1')
+        self.driver.force_detach(self.ctxt, self.db_volume(vol['id']))
+        self.force_detach_api(vol['id'])
+        ours = [msg for name, msg in records if name.startswith(
+            ('cinder_forcedetach', 'oslo_concurrency', 'os_brick',
+             'cinder.volume.manager', 'cinder.volume.flows'))]
+        self.assertTrue(any('--password ***' in m for m in ours), ours)
+        self.assertTrue(any('Attachments(%s)' % att['id'] in m
+                            for m in ours), ours)
+        self.assertFalse([m for m in ours if info['auth_password'] in m])
+
+
+class LocalHostDisconnectTestCase(base.CinderTgtTestCase):
+    """os-brick's real iSCSI disconnect, with privsep actually executing.
+
+    Privsep runs os-brick's privileged functions as root in this process
+    (client mode off, which needs no helper); a shim first on PATH logs
+    each ``iscsiadm`` call and then runs Debian's real
+    ``/usr/sbin/iscsiadm``.  The kernel initiator is absent here, so
+    iscsiadm finds no session: that is the never-connected case.
+    """
+
+    def setUp(self):
+        super(LocalHostDisconnectTestCase, self).setUp()
+        shim_dir = self.useFixture(fixtures.TempDir()).path
+        self.calls_log = os.path.join(shim_dir, 'iscsiadm.calls')
+        shim = os.path.join(shim_dir, 'iscsiadm')
+        with open(shim, 'w') as f:
+            f.write('#!/bin/sh\necho "$@" >> %s\nexec /usr/sbin/iscsiadm '
+                    '"$@"\n' % self.calls_log)
+        os.chmod(shim, 0o755)
+        self.useFixture(fixtures.EnvironmentVariable(
+            'PATH', shim_dir + os.pathsep + os.environ['PATH']))
+        # We are root: privileged functions run in this process rather than
+        # through a daemon (a forked daemon would copy the running Cinder
+        # services of this process).
+        from os_brick import privileged
+        privileged.default.set_client_mode(False)
+        self.addCleanup(privileged.default.set_client_mode, True)
+
+    def iscsiadm_calls(self):
+        if not os.path.exists(self.calls_log):
+            return []
+        with open(self.calls_log) as f:
+            return f.read().splitlines()
+
+    def test_force_detach_disconnects_this_host_with_os_brick(self):
+        here = socket.gethostname()
+        vol = self.create_volume()
+        att, info = self.attach(vol['id'], here)
+        session = self.login(info, here)
+        self.driver.force_detach(self.ctxt, self.db_volume(vol['id']))
+        calls = self.iscsiadm_calls()
+        self.assertTrue(any(c.startswith('-m session') for c in calls),
+                        calls)
+        self.assertIsNone(self.target_state(vol['id']))
+        self.assertNotEqual(True, session.write(0xee, timeout=3))
+
+    def test_other_host_is_not_disconnected_locally(self):
+        vol = self.create_volume()
+        att, info = self.attach(vol['id'], 'compute1')
+        self.driver.force_detach(self.ctxt, self.db_volume(vol['id']))
+        self.assertEqual([], self.iscsiadm_calls())
+        self.assertIsNone(self.target_state(vol['id']))
+
+
+class FileImageService(object):
+    """An image service over local files (Glance cannot run here).
+
+    It answers like Cinder's GlanceImageService: ``show``, ``get_location``
+    (a ``file://`` direct URL when *with_location*) and ``download``.
+    """
+
+    def __init__(self, images, with_location=True):
+        self.images = images
+        self.with_location = with_location
+        self.downloads = 0
+
+    def show(self, context, image_id):
+        path, fmt = self.images[image_id]
+        return {'id': image_id, 'disk_format': fmt,
+                'size': os.path.getsize(path), 'status': 'active'}
+
+    def get_location(self, context, image_id):
+        if not self.with_location:
+            return None, None
+        return 'file://' + self.images[image_id][0], []
+
+    def download(self, context, image_id, data=None):
+        self.downloads += 1
+        with open(self.images[image_id][0], 'rb') as f:
+            while True:
+                chunk = f.read(units.Mi)
+                if not chunk:
+                    return
+                yield chunk
+
+
+class ReimageTestCase(base.CinderTgtTestCase):
+
+    def make_image(self, fmt, size, pattern):
+        """A real image made with qemu-img/qemu-io; returns its path."""
+        path = os.path.join(self.volumes_dir, 'image-%s-%d' % (fmt, size))
+        subprocess.run(['qemu-img', 'create', '-f', fmt, path, str(size)],
+                       check=True, capture_output=True)
+        subprocess.run(['qemu-io', '-f', fmt, '-c',
+                        'write -P 0x%02x 0 64k' % pattern, path],
+                       check=True, capture_output=True)
+        return path
+
+    def volume_head(self, volume, length=64 * 1024):
+        with open(self.driver.local_path(volume), 'rb') as f:
+            return f.read(length)
+
+    def test_qcow2_written_from_location_without_temp_file(self):
+        volume = self.db_volume(self.create_volume()['id'])
+        images = FileImageService(
+            {'img': (self.make_image('qcow2', 16 * units.Mi, 0xa1),
+                     'qcow2')})
+        tmp = self.useFixture(fixtures.TempDir()).path
+        self.flags(image_conversion_dir=tmp)
+        self.driver.copy_image_to_volume(self.ctxt, volume, images, 'img')
+        self.assertEqual(b'\xa1' * 65536, self.volume_head(volume))
+        self.assertEqual(0, images.downloads)
+        self.assertEqual([], os.listdir(tmp))
+
+    def test_raw_streamed_from_download(self):
+        volume = self.db_volume(self.create_volume()['id'])
+        images = FileImageService(
+            {'img': (self.make_image('raw', 8 * units.Mi, 0xb2), 'raw')},
+            with_location=False)
+        self.driver.copy_image_to_volume(self.ctxt, volume, images, 'img')
+        self.assertEqual(b'\xb2' * 65536, self.volume_head(volume))
+        self.assertEqual(1, images.downloads)
+
+    def test_image_larger_than_volume_is_refused_untouched(self):
+        volume = self.db_volume(self.create_volume()['id'])
+        with open(self.driver.local_path(volume), 'r+b') as f:
+            f.write(b'\x77' * 65536)
+        for fmt, location in (('qcow2', True), ('raw', False)):
+            images = FileImageService(
+                {'big': (self.make_image(fmt, 2 * units.Gi, 0xc3), fmt)},
+                with_location=location)
+            self.assertRaises(cinder_exception.ImageTooBig,
+                              self.driver.copy_image_to_volume, self.ctxt,
+                              volume, images, 'big')
+            self.assertEqual(b'\x77' * 65536, self.volume_head(volume))
+
+    def test_backing_file_image_is_refused(self):
+        volume = self.db_volume(self.create_volume()['id'])
+        backing = self.make_image('raw', units.Mi, 0x01)
+        overlay = os.path.join(self.volumes_dir, 'overlay.qcow2')
+        subprocess.run(['qemu-img', 'create', '-f', 'qcow2', '-F', 'raw',
+                        '-b', backing, overlay], check=True,
+                       capture_output=True)
+        images = FileImageService({'ovl': (overlay, 'qcow2')})
+        self.assertRaises(cinder_exception.ImageUnacceptable,
+                          self.driver.copy_image_to_volume, self.ctxt,
+                          volume, images, 'ovl')
+
+
+class VolumeLifecycleTestCase(base.CinderTgtTestCase):
+    """Create, snapshot, clone, extend, delete through the real API."""
+
+    def wait_snapshot(self, snapshot_id):
+        for _ in range(300):
+            snap = self.api.get_snapshot(snapshot_id)
+            if snap['status'] != 'creating':
+                return snap
+            time.sleep(0.1)
+        self.fail('snapshot stuck creating')
+
+    def test_lifecycle_keeps_data(self):
+        vol = self.create_volume()
+        path = self.driver.local_path(self.db_volume(vol['id']))
+        with open(path, 'r+b') as f:
+            f.write(b'\x42' * 4096)
+
+        snap = self.wait_snapshot(self.api.post_snapshot({'snapshot': {
+            'volume_id': vol['id'], 'name': 's'}})['id'])
+        self.assertEqual('available', snap['status'])
+        from_snap = self.create_volume(size=2, snapshot_id=snap['id'])
+        clone = self.create_volume(source_volid=vol['id'])
+        for created in (from_snap, clone):
+            self.assertEqual('available', created['status'])
+            local = self.driver.local_path(self.db_volume(created['id']))
+            with open(local, 'rb') as f:
+                self.assertEqual(b'\x42' * 4096, f.read(4096))
+        self.assertEqual(2 * units.Gi, os.path.getsize(
+            self.driver.local_path(self.db_volume(from_snap['id']))))
+
+        self.api.api_post('/volumes/%s/action' % vol['id'],
+                          {'os-extend': {'new_size': 3}})
+        self.wait_volume(vol['id'], ('available',))
+        self.assertEqual(3 * units.Gi, os.path.getsize(path))
+
+        self.api.delete_snapshot(snap['id'])
+        for volume_id in (from_snap['id'], clone['id']):
+            self.api.delete_volume(volume_id)
+        deadline = time.monotonic() + 30
+        while self.api.get_volumes() and time.monotonic() < deadline:
+            if len(self.api.get_volumes()) == 1:
+                break
+            time.sleep(0.1)
+        self.assertEqual(['%s' % vol['id']],
+                         [v['id'] for v in self.api.get_volumes()])
+        self.assertEqual(['volume-%s' % vol['id']],
+                         sorted(os.listdir(self.volumes_dir)))
+
+    def test_stats_have_the_keys_cinder_requires(self):
+        stats = self.driver.get_volume_stats(refresh=True)
+        for key in ('volume_backend_name', 'vendor_name', 'driver_version',
+                    'storage_protocol', 'total_capacity_gb',
+                    'free_capacity_gb', 'reserved_percentage',
+                    'multiattach', 'thin_provisioning_support'):
+            self.assertIn(key, stats)
+        self.assertEqual('iSCSI', stats['storage_protocol'])
+        self.assertGreater(stats['total_capacity_gb'], 0)

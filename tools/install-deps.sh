@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install everything the project needs on a fresh Debian 12 machine:
+# system packages (tgt, userspace iSCSI initiators, qemu-img, open-iscsi
+# for os-brick's iscsiadm calls) and a venv with this package, real Cinder
+# and the test requirements.  Idempotent; a second run takes about a second.
+#
+# Usage: tools/install-deps.sh [VENV]     (default: ./.venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${1:-${VENV:-.venv}}
+PYTHON=${PYTHON:-python3}
+
+APT_PACKAGES=(tgt libiscsi-bin qemu-utils qemu-block-extra open-iscsi)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
+        || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: apt packages: ${missing[*]}"
+    if ! apt-cache policy "${missing[0]}" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        apt-get update -qq
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "install-deps: creating venv $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+stamp="$VENV/.cinder-forcedetach-deps"
+want=$(cat requirements.txt test-requirements.txt setup.cfg | sha1sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "install-deps: pip install (cinder, os-brick, test requirements)"
+    "$VENV/bin/pip" install -q --disable-pip-version-check \
+        -r requirements.txt -r test-requirements.txt
+    "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e .
+    "$VENV/bin/pip" check >/dev/null
+    echo "$want" > "$stamp"
+fi
+echo "install-deps: ready ($VENV)"
