@@ -61,7 +61,9 @@ install_packages() {
 }
 
 link_into_venv() {
-    local venv=$1 py ver site dir m
+    local venv py ver site dir m
+    # .pth entries are resolved against site-packages: use absolute paths.
+    venv=$(cd "$1" && pwd)
     py="$venv/bin/python"
     if [ ! -x "$py" ]; then
         log "no python at $py"
