@@ -1,0 +1,193 @@
+"""Smoke test of ``tools/stack.sh``: real Cinder processes, end to end.
+
+``tools/stack.sh up`` (with its install step) in a private state directory
+on free loopback ports; the client command it prints creates a volume;
+python-cinderclient attaches it; a live qemu-io initiator logs in; the
+``cinder-forcedetach`` CLI force-detaches it; ``down`` must leave none of
+the processes ``up`` started.  Skipped only when rabbitmq-server cannot be
+installed (the reason is printed).
+"""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import testtools
+
+from cinder_forcedetach.cmd import stack as stack_mod
+from tests.functional import fixtures as fd_fixtures
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
+RABBITMQ = '/usr/lib/rabbitmq/bin/rabbitmq-server'
+HOST = 'stack-compute1'
+INITIATOR = 'iqn.2026-11.org.cinder-forcedetach.test:' + HOST
+
+
+def _free_port_pair():
+    """A free port P with P+1 free too (AMQP + Erlang distribution)."""
+    for _ in range(50):
+        port = fd_fixtures.free_tcp_port()
+        if port < 65535 and not stack_mod.port_open('127.0.0.1', port + 1):
+            return port
+    raise RuntimeError('no free port pair')
+
+
+def _free_control_port():
+    for port in range(7300, 7400):
+        if not os.path.exists('/var/run/tgtd/socket.%d' % port):
+            return port
+    raise RuntimeError('no free tgtd control port')
+
+
+class StackSmokeTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super(StackSmokeTestCase, self).setUp()
+        self.state = tempfile.mkdtemp(prefix='cfd-stack-')
+        self.env = dict(os.environ)
+        self.env.update({
+            'STACK_DIR': self.state,
+            'STACK_API_PORT': str(fd_fixtures.free_tcp_port()),
+            'STACK_RABBIT_PORT': str(_free_port_pair()),
+            'STACK_EPMD_PORT': str(fd_fixtures.free_tcp_port()),
+            'STACK_ISCSI_PORT': str(fd_fixtures.free_tcp_port()),
+            'STACK_TGT_CONTROL_PORT': str(_free_control_port()),
+        })
+        for var in ('CINDER_ENDPOINT', 'CINDERCLIENT_BYPASS_URL',
+                    'OS_AUTH_TYPE', 'OS_PROJECT_ID', 'OS_AUTH_URL',
+                    'OS_USER_ID', 'OS_VOLUME_API_VERSION'):
+            self.env.pop(var, None)
+        self.sessions = []
+        self.addCleanup(shutil.rmtree, self.state, True)
+        self.addCleanup(self._down_quietly)
+        self.addCleanup(self._close_sessions)
+
+    def _close_sessions(self):
+        for session in self.sessions:
+            session.close()
+
+    def _down_quietly(self):
+        subprocess.run([STACK_SH, 'down'], env=self.env,
+                       capture_output=True, timeout=180)
+
+    def stack(self, *args, timeout=600):
+        return subprocess.run([STACK_SH] + list(args), env=self.env,
+                              capture_output=True, text=True,
+                              timeout=timeout)
+
+    def shell(self, command, env=None):
+        """Run a printed command line as a user pastes it."""
+        return subprocess.run(['bash', '-c', command], env=env or self.env,
+                              capture_output=True, text=True, timeout=120)
+
+    def recorded_processes(self):
+        """(name, pid, start time) of what `up` started, and children."""
+        found = []
+        run_dir = os.path.join(self.state, 'run')
+        for name in sorted(os.listdir(run_dir)):
+            with open(os.path.join(run_dir, name)) as f:
+                rec = json.load(f)
+            found.append((rec['name'], rec['pid'], rec['start_time']))
+            found += [(rec['name'] + ' child', pid, start) for pid, start
+                      in stack_mod.descendants(rec['pid'])]
+        return found
+
+    def test_up_create_force_detach_down(self):
+        up = self.stack('up')
+        if up.returncode and not os.path.exists(RABBITMQ):
+            why = ('rabbitmq-server cannot be installed here: %s' %
+                   (up.stderr.strip().splitlines() or ['?'])[-1])
+            sys.stderr.write('test_stack: SKIP: %s\n' % why)
+            self.skipTest(why)
+        self.assertEqual(0, up.returncode, up.stderr[-3000:])
+        lines = up.stdout.splitlines()
+        create = lines[lines.index('Create a volume:') + 1].strip()
+        force = lines[lines.index('Force-detach it from every host:') +
+                      1].strip()
+        self.assertIn('OS_AUTH_TYPE=noauth', create)
+        procs = self.recorded_processes()
+        self.assertEqual(
+            {'epmd', 'rabbitmq', 'tgtd', 'cinder-scheduler', 'cinder-volume',
+             'cinder-api'},
+            {name for name, _p, _s in procs if ' ' not in name})
+
+        status = self.stack('status')
+        self.assertEqual(0, status.returncode, status.stdout)
+
+        # The pasted client command creates a volume.
+        created = self.shell(create)
+        self.assertEqual(0, created.returncode, created.stderr)
+        volume_id = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|',
+                              created.stdout, re.MULTILINE).group(1)
+        client_env = dict(self.env)
+        for word in shlex.split(create):
+            if re.match(r'^[A-Z_]+=', word):
+                key, _sep, value = word.partition('=')
+                client_env[key] = value
+        cinder = create.split()[-3]
+        self._wait_status(cinder, client_env, volume_id, 'available')
+
+        # Attach it like Nova (python-cinderclient), and log in for real.
+        attach = subprocess.run(
+            [cinder, 'attachment-create', '--connect', 'True',
+             '--initiator', INITIATOR, '--ip', '127.0.0.1', '--host', HOST,
+             '--platform', 'x86_64', '--ostype', 'linux', volume_id],
+            env=client_env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(0, attach.returncode, attach.stderr)
+        attachment_id = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|',
+                                  attach.stdout, re.MULTILINE).group(1)
+        manage = force.split(' volume force-detach')[0]
+        shown = self.shell('%s --format json attachment show %s '
+                           '--show-secrets' % (manage, attachment_id))
+        self.assertEqual(0, shown.returncode, shown.stderr)
+        data = json.loads(shown.stdout)['connection_info']
+        masked = self.shell('%s attachment show %s' % (manage,
+                                                       attachment_id))
+        self.assertNotIn(data['auth_password'], masked.stdout)
+        session = fd_fixtures.QemuIoInitiator(
+            data['target_portal'], data['target_iqn'], INITIATOR,
+            data['auth_username'], data['auth_password'],
+            lun=data['target_lun'])
+        self.sessions.append(session)
+        self.assertTrue(session.write(0x5a))
+
+        # The CLI force-detach, as printed.
+        detached = self.shell(force.replace('VOLUME_ID', volume_id))
+        self.assertEqual(0, detached.returncode, detached.stderr)
+        self.assertRegex(detached.stdout, r'\|\s+status\s+\|\s+available')
+        self.assertNotEqual(True, session.write(0xee, timeout=3))
+        self.assertIn('0 target(s)', self.stack('status').stdout)
+
+        # down stops every process up started, and nothing else.
+        down = self.stack('down')
+        self.assertEqual(0, down.returncode, down.stderr)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = [(n, p) for n, p, s in procs
+                    if stack_mod.is_alive(p, s)]
+            if not left:
+                break
+            time.sleep(0.2)
+        self.assertEqual([], left)
+        self.assertEqual([], os.listdir(os.path.join(self.state, 'run')))
+        self.assertEqual(3, self.stack('status').returncode)
+
+    def _wait_status(self, cinder, env, volume_id, status, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            res = subprocess.run([cinder, 'show', volume_id], env=env,
+                                 capture_output=True, text=True, timeout=60)
+            match = re.search(r'^\|\s+status\s+\|\s+(\S+)', res.stdout,
+                              re.MULTILINE)
+            if match and match.group(1) == status:
+                return
+            time.sleep(0.5)
+        self.fail('volume %s never became %s' % (volume_id, status))

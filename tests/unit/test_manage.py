@@ -1,0 +1,248 @@
+"""cinder-forcedetach's parsing, masking, output and exit codes.
+
+Against a small HTTP server on 127.0.0.1 that answers like Cinder's API
+(the functional tests run the same commands against the real API).
+"""
+
+import http.server
+import io
+import json
+import os
+import threading
+
+import fixtures
+import testtools
+
+from cinder_forcedetach.cmd import manage
+
+PROJECT = 'a' * 32
+VOL = '11111111-2222-3333-4444-555555555555'
+ATT = '66666666-7777-8888-9999-000000000000'
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def _reply(self, status, body=None):
+        data = json.dumps(body).encode() if body is not None else b''
+        self.send_response(status)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.server.seen.append(('GET', self.path, dict(self.headers), None))
+        status, body = self.server.answers.get(('GET', self.path),
+                                               (404, {'itemNotFound': {
+                                                   'message': 'no'}}))
+        self._reply(status, body)
+
+    def do_POST(self):
+        length = int(self.headers.get('Content-Length') or 0)
+        body = json.loads(self.rfile.read(length) or b'null')
+        self.server.seen.append(('POST', self.path, dict(self.headers),
+                                 body))
+        status, answer = self.server.answers.get(('POST', self.path),
+                                                 (404, None))
+        self._reply(status, answer)
+
+
+class ManageTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super(ManageTestCase, self).setUp()
+        self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
+                                                     _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.answers = {}
+        self.httpd.seen = []
+        threading.Thread(target=self.httpd.serve_forever,
+                         daemon=True).start()
+        self.addCleanup(self.httpd.server_close)
+        self.addCleanup(self.httpd.shutdown)
+        self.base = '/v3/%s' % PROJECT
+        env = {'OS_AUTH_TYPE': 'noauth', 'OS_PROJECT_ID': PROJECT,
+               'OS_USER_ID': 'admin',
+               'CINDER_ENDPOINT': 'http://127.0.0.1:%d/v3' %
+                                  self.httpd.server_address[1],
+               'CINDERCLIENT_BYPASS_URL': None,
+               'OS_VOLUME_API_VERSION': None}
+        for key, value in env.items():
+            self.useFixture(fixtures.EnvironmentVariable(key, value))
+
+    def answer(self, method, path, status, body=None):
+        self.httpd.answers[(method, self.base + path)] = (status, body)
+
+    def cli(self, *argv):
+        out, err = io.StringIO(), io.StringIO()
+        code = manage.main(list(argv), stdout=out, stderr=err)
+        return code, out.getvalue(), err.getvalue()
+
+    def posts(self):
+        return [s for s in self.httpd.seen if s[0] == 'POST']
+
+    # -- force-detach ------------------------------------------------------
+
+    def test_force_detach_sends_connector_and_attachment(self):
+        self.answer('POST', '/volumes/%s/action' % VOL, 202)
+        self.answer('GET', '/volumes/%s' % VOL, 200, {'volume': {
+            'id': VOL, 'status': 'available', 'attachments': []}})
+        code, out, err = self.cli(
+            '--format', 'json', 'volume', 'force-detach', VOL,
+            '--connector', '{"host": "h1", "initiator": "iqn.x"}',
+            '--attachment', ATT)
+        self.assertEqual(0, code, err)
+        self.assertEqual({'volume_id': VOL, 'status': 'available',
+                          'attachments': []}, json.loads(out))
+        (_m, path, headers, body), = self.posts()
+        self.assertEqual({'os-force_detach': {
+            'connector': {'host': 'h1', 'initiator': 'iqn.x'},
+            'attachment_id': ATT}}, body)
+        self.assertEqual('admin:%s' % PROJECT, headers['X-Auth-Token'])
+        self.assertEqual('volume 3.27', headers['OpenStack-API-Version'])
+        self.assertNotIn('X-Service-Roles', headers)
+
+    def test_force_detach_service_token_noauth(self):
+        self.answer('POST', '/volumes/%s/action' % VOL, 202)
+        self.answer('GET', '/volumes/%s' % VOL, 200, {'volume': {
+            'id': VOL, 'status': 'available', 'attachments': []}})
+        code, out, err = self.cli('volume', 'force-detach', VOL,
+                                  '--service-token', '--format', 'table')
+        self.assertEqual(0, code, err)
+        self.assertIn('| status      | available', out)
+        (_m, _p, headers, body), = self.posts()
+        self.assertEqual({'os-force_detach': {}}, body)
+        self.assertEqual('service', headers['X-Service-Roles'])
+
+    def test_force_detach_refuses_all_hosts_on_multiattach(self):
+        self.answer('GET', '/volumes/%s' % VOL, 200, {'volume': {
+            'id': VOL, 'status': 'in-use',
+            'attachments': [{'attachment_id': 'a'},
+                            {'attachment_id': 'b'}]}})
+        code, _out, err = self.cli('volume', 'force-detach', VOL)
+        self.assertEqual(manage.EXIT_USAGE, code)
+        self.assertIn('--all-hosts', err)
+        self.assertEqual([], self.posts())
+
+    def test_bad_connector_sends_nothing(self):
+        for bad in ('{"host": ', '[1, 2]', '@/nonexistent/connector.json'):
+            code, _out, err = self.cli('volume', 'force-detach', VOL,
+                                       '--connector', bad)
+            self.assertEqual(manage.EXIT_USAGE, code, bad)
+            self.assertIn('error', err)
+        self.assertEqual([], self.httpd.seen)
+
+    def test_connector_from_file(self):
+        path = os.path.join(self.useFixture(fixtures.TempDir()).path, 'c')
+        with open(path, 'w') as f:
+            json.dump({'host': 'h2'}, f)
+        self.assertEqual({'host': 'h2'}, manage.load_connector('@' + path))
+
+    def test_http_errors_map_to_exit_codes(self):
+        cases = [(404, manage.EXIT_NOT_FOUND),
+                 (409, manage.EXIT_CONFLICT),
+                 (500, manage.EXIT_BACKEND),
+                 (403, manage.EXIT_USAGE)]
+        for status, expected in cases:
+            self.answer('POST', '/volumes/%s/action' % VOL, status,
+                        {'err': {'message': 'status %d' % status}})
+            code, _out, err = self.cli('volume', 'force-detach', VOL,
+                                       '--all-hosts')
+            self.assertEqual(expected, code, err)
+            self.assertIn('status %d' % status, err)
+        self.assertEqual(manage.EXIT_CONFLICT, manage.exit_code_for(
+            400, 'Invalid volume: Volume status must be in-use'))
+        self.assertEqual(manage.EXIT_USAGE, manage.exit_code_for(
+            400, 'Invalid input received'))
+
+    def test_unreachable(self):
+        self.useFixture(fixtures.EnvironmentVariable(
+            'CINDER_ENDPOINT', 'http://127.0.0.1:9/v3'))
+        code, _out, err = self.cli('volume', 'force-detach', VOL,
+                                   '--all-hosts')
+        self.assertEqual(manage.EXIT_UNREACHABLE, code)
+        self.assertIn('cannot reach', err)
+
+    def test_usage_errors(self):
+        self.assertEqual(manage.EXIT_USAGE, self.cli()[0])
+        self.assertEqual(manage.EXIT_USAGE,
+                         self.cli('volume', 'force-detach')[0])
+        self.assertEqual(manage.EXIT_USAGE, self.cli('volume', 'nope')[0])
+        self.useFixture(fixtures.EnvironmentVariable('OS_AUTH_TYPE', None))
+        code, _out, err = self.cli('volume', 'force-detach', VOL)
+        self.assertEqual(manage.EXIT_USAGE, code)
+        self.assertIn('OS_AUTH_TYPE', err)
+
+    def test_noauth_endpoint_forms(self):
+        self.assertEqual(('http://h:1/v3/%s' % PROJECT, PROJECT),
+                         manage._noauth_endpoint('http://h:1/v3', PROJECT))
+        self.assertEqual(('http://h:1/v3/%s' % PROJECT, PROJECT),
+                         manage._noauth_endpoint('http://h:1/v3/%s/' %
+                                                 PROJECT, None))
+        self.assertRaises(manage.CliError, manage._noauth_endpoint,
+                          'http://h:1/v3/%s' % PROJECT, 'b' * 32)
+        self.assertRaises(manage.CliError, manage._noauth_endpoint,
+                          'http://h:1/v3', None)
+
+    # -- attachment show ---------------------------------------------------
+
+    def _attachment(self):
+        return {'id': ATT, 'status': 'attached', 'connection_info': {
+            'driver_volume_type': 'iscsi', 'auth_method': 'CHAP',
+            'auth_username': 'user1', 'auth_password': 's3cret-chap',
+            'target_iqn': 'iqn.2010-10.org.openstack:volume-1',
+            'keyring': 'AQD-ceph-key', 'secret_uuid': 'not-a-secret',
+            'nested': [{'token': 'tok-123'}]}}
+
+    def test_attachment_show_masks(self):
+        self.answer('GET', '/attachments/%s' % ATT, 200,
+                    {'attachment': self._attachment()})
+        code, out, err = self.cli('attachment', 'show', ATT)
+        self.assertEqual(0, code, err)
+        for secret in ('s3cret-chap', 'AQD-ceph-key', 'tok-123'):
+            self.assertNotIn(secret, out)
+        self.assertIn('connection_info.auth_password', out)
+        self.assertIn('user1', out)
+        self.assertIn('iqn.2010-10.org.openstack:volume-1', out)
+        code, out, err = self.cli('attachment', 'show', ATT, '--format',
+                                  'json')
+        shown = json.loads(out)['connection_info']
+        self.assertEqual('***', shown['auth_password'])
+        self.assertEqual('***', shown['keyring'])
+        self.assertEqual('***', shown['nested'][0]['token'])
+
+    def test_attachment_show_secrets_on_request(self):
+        self.answer('GET', '/attachments/%s' % ATT, 200,
+                    {'attachment': self._attachment()})
+        code, out, err = self.cli('--format', 'json', 'attachment', 'show',
+                                  ATT, '--show-secrets')
+        self.assertEqual(0, code, err)
+        self.assertEqual(self._attachment(), json.loads(out))
+
+    def test_attachment_show_not_found(self):
+        code, _out, err = self.cli('attachment', 'show', ATT)
+        self.assertEqual(manage.EXIT_NOT_FOUND, code)
+        self.assertIn('404', err)
+
+    # -- attachment refresh (delegated) ----------------------------------
+
+    def test_attachment_refresh_delegates(self):
+        seen = []
+
+        def fake_run(args, stdout, stderr):
+            seen.append((args.attachment, args.config_file, args.format))
+            stdout.write('refreshed\n')
+            return 0
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.cmd.refresh.run', fake_run))
+        code, out, _err = self.cli('--format', 'json', 'attachment',
+                                   'refresh', ATT, '--config-file',
+                                   '/etc/x.conf')
+        self.assertEqual(0, code)
+        self.assertEqual('refreshed\n', out)
+        self.assertEqual([(ATT, ['/etc/x.conf'], 'json')], seen)
+        self.assertEqual([], self.httpd.seen)
