@@ -1,0 +1,1188 @@
+"""The RBD driver against a real single-node Ceph cluster, in real Cinder.
+
+Nothing is faked on the storage side: the module brings up its own Ceph
+(``tools/ceph-dev.sh up`` in a private directory, on free ports, with
+client.cinder allowed to lift blocklist entries), once per test process,
+and purges it at the end.  Cinder's API, scheduler and volume services
+run in-process (the harness of :mod:`tests.functional.base` without
+tgtd) and load ``cinder_forcedetach.drivers.rbd.RBDDriver``.
+
+A "host" holding a volume is a real librbd client: a Python subprocess
+that opens the image from the attachment's connection_info (monitor
+addresses + user, as os-brick would) and writes numbered blocks in a loop,
+printing the result of each write.  Each compute host gets its own
+loopback address (127.0.0.11, 127.0.0.12, ...): a tiny LD_PRELOAD shim,
+compiled here with gcc, binds the client's sockets to it, so the driver
+sees the client at the address the host's connector names.  Without gcc
+every client is 127.0.0.1 and the multiattach test is skipped.
+
+Set ``CINDER_FORCEDETACH_TEST_CEPH_DIR`` to use (and keep) a cluster made
+by ``tools/ceph-dev.sh`` in that directory instead.
+"""
+
+import atexit
+import functools
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import unittest
+import uuid
+
+from cinder import context
+from cinder import objects
+from cinder.tests.functional import functional_helpers
+from cinder.volume import volume_utils
+import ddt
+import eventlet
+from oslo_config import cfg
+
+# Imported before flags are set, so that its options are registered.
+from cinder_forcedetach.drivers import rbd as rbd_driver
+from cinder_forcedetach import exception as fd_exception
+from cinder_forcedetach.flows import force_detach as flow
+from tests.functional import base
+
+try:
+    import rados
+    import rbd
+except ImportError:  # pragma: no cover - depends on the host
+    rados = rbd = None
+
+CONF = cfg.CONF
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+CEPH_DEV = os.path.join(REPO, 'tools', 'ceph-dev.sh')
+DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
+CRASH_EXIT = 77
+BLOCK = 4096
+HOST_IPS = {'compute1': '127.0.0.11', 'compute2': '127.0.0.12',
+            'compute3': '127.0.0.13'}
+
+# -- the cluster --------------------------------------------------------------
+
+
+def _free_port(addrs=('127.0.0.1', '127.0.0.2')):
+    """A TCP port free on all of *addrs* (the monitor may move)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            port = s.getsockname()[1]
+        ok = True
+        for addr in addrs[1:]:
+            with socket.socket() as s:
+                try:
+                    s.bind((addr, port))
+                except OSError:
+                    ok = False
+        if ok:
+            return port
+    raise RuntimeError('no free port')
+
+
+class CephCluster(object):
+    """A tools/ceph-dev.sh cluster; started (and purged) by us or reused."""
+
+    def __init__(self):
+        reuse = os.environ.get('CINDER_FORCEDETACH_TEST_CEPH_DIR')
+        self.owned = not reuse
+        self.dir = reuse or os.path.join(
+            tempfile.gettempdir(),
+            'cinder-forcedetach-ceph-test-%d' % os.getpid())
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith('CEPH_')}
+        self.env['CEPH_DEV_DIR'] = self.dir
+        if self.owned:
+            port1 = _free_port()
+            port2 = _free_port()
+            while port2 == port1:
+                port2 = _free_port()
+            self.env.update(
+                CEPH_DEV_MON_PORT=str(port1), CEPH_DEV_MON_PORT_V2=str(port2),
+                CEPH_DEV_OSD_SIZE='8G',
+                CEPH_DEV_CINDER_MON_CAPS='profile rbd, '
+                                         'allow command "osd blocklist"')
+        self.up_seconds = None
+        self.shim = None
+
+    def tool(self, *args, timeout=180):
+        return subprocess.run([CEPH_DEV] + list(args), env=self.env,
+                              capture_output=True, text=True,
+                              timeout=timeout)
+
+    def up(self):
+        t0 = time.monotonic()
+        res = self.tool('up')
+        if res.returncode:
+            raise RuntimeError('ceph-dev.sh up failed: %s' % res.stderr)
+        self.up_seconds = time.monotonic() - t0
+        self.read_env()
+
+    def read_env(self):
+        res = self.tool('env', timeout=30)
+        if res.returncode:
+            raise RuntimeError('ceph-dev.sh env failed: %s' % res.stderr)
+        values = {}
+        for line in res.stdout.splitlines():
+            key, _sep, value = line.replace('export ', '', 1).partition('=')
+            values[key] = value.strip("'\"")
+        self.conf = values['CEPH_CONF']
+        self.keyring = values['CEPH_KEYRING']
+        self.admin_keyring = values['CEPH_ADMIN_KEYRING']
+        self.user = values['CEPH_USER']
+        self.pool = values['CEPH_POOL']
+        self.images_pool = values['CEPH_IMAGES_POOL']
+        self.fsid = values['CEPH_FSID']
+        self.mon_host = values['CEPH_MON_HOST']
+        self.mon_port = values['CEPH_MON_PORT']
+
+    def down(self):
+        if self.owned:
+            self.tool('down', '--purge', timeout=60)
+        if self.shim:
+            shutil.rmtree(os.path.dirname(self.shim), ignore_errors=True)
+
+    def move_mon(self, addr):
+        res = self.tool('move-mon', addr)
+        if res.returncode:
+            raise RuntimeError('move-mon failed: %s' % res.stderr)
+        self.read_env()
+
+    def mon_pid(self):
+        with open(os.path.join(self.dir, 'run', 'mon.a.pid')) as f:
+            return int(f.read().split()[0])
+
+    def admin(self, *args):
+        """``ceph`` as client.admin (its keyring passed explicitly)."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('CEPH_')}
+        return subprocess.run(
+            ['ceph', '-c', self.conf, '-n', 'client.admin', '-k',
+             self.admin_keyring, '--connect-timeout', '10'] + list(args),
+            env=env, capture_output=True, text=True, timeout=60)
+
+    def blocklist(self):
+        out = self.admin('osd', 'blocklist', 'ls', '--format', 'json')
+        return {e['addr'] for e in rbd_driver.parse_json_prefix(out.stdout)}
+
+    @property
+    def cinder_key(self):
+        """The client.cinder key: only ever compared, never printed."""
+        with open(self.keyring) as f:
+            for line in f:
+                if line.strip().startswith('key'):
+                    return line.split('=', 1)[1].strip()
+        return None
+
+    def connect(self):
+        client = rados.Rados(rados_id=self.user, conffile=self.conf)
+        client.conf_set('client_mount_timeout', '10')
+        client.connect()
+        return client
+
+    def build_shim(self):
+        """The LD_PRELOAD bind shim (None without a C compiler)."""
+        cc = shutil.which('gcc') or shutil.which('cc')
+        if not cc:
+            return None
+        workdir = tempfile.mkdtemp(prefix='cfd-bindshim-')
+        src = os.path.join(workdir, 'bindshim.c')
+        with open(src, 'w') as f:
+            f.write(BIND_SHIM_C)
+        lib = os.path.join(workdir, 'bindshim.so')
+        res = subprocess.run([cc, '-shared', '-fPIC', '-O2', '-o', lib, src,
+                              '-ldl'], capture_output=True, text=True)
+        if res.returncode:
+            shutil.rmtree(workdir, ignore_errors=True)
+            return None
+        self.shim = lib
+        return lib
+
+
+# connect() binds the socket to $CFD_BIND_IP first: the client then talks
+# to the cluster from that loopback address, as a separate host would.
+BIND_SHIM_C = r'''
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    static int (*real_connect)(int, const struct sockaddr *, socklen_t);
+    const char *ip = getenv("CFD_BIND_IP");
+    if (!real_connect)
+        real_connect = dlsym(RTLD_NEXT, "connect");
+    if (ip && addr && addr->sa_family == AF_INET) {
+        struct sockaddr_in src;
+        memset(&src, 0, sizeof(src));
+        src.sin_family = AF_INET;
+        if (inet_pton(AF_INET, ip, &src.sin_addr) == 1)
+            bind(fd, (struct sockaddr *)&src, sizeof(src));
+    }
+    return real_connect(fd, addr, len);
+}
+'''
+
+_CLUSTER = None
+_CLUSTER_ERROR = None
+
+
+def get_cluster():
+    """The module's cluster, brought up on first use (once per process)."""
+    global _CLUSTER, _CLUSTER_ERROR
+    if _CLUSTER_ERROR:
+        raise unittest.SkipTest(_CLUSTER_ERROR)
+    if _CLUSTER is None:
+        if rados is None or not shutil.which('ceph-mon'):
+            _CLUSTER_ERROR = ('Ceph is not installed (tools/install-ceph.sh '
+                              '.venv)')
+            raise unittest.SkipTest(_CLUSTER_ERROR)
+        cluster = CephCluster()
+        atexit.register(cluster.down)
+        cluster.up()
+        cluster.build_shim()
+        _CLUSTER = cluster
+    return _CLUSTER
+
+
+def tearDownModule():
+    global _CLUSTER
+    if _CLUSTER is not None:
+        _CLUSTER.down()
+        atexit.unregister(_CLUSTER.down)
+        _CLUSTER = None
+
+
+# -- a live librbd client -----------------------------------------------------
+
+# Opens the image from connection_info-like parameters and writes block
+# after block, each stamped with its sequence number, printing one line
+# per write: "OK seq t" or "ERR seq errno Name t".  It stops after 5 failed
+# writes in a row (or `count` writes).
+WRITER = r'''
+import json, sys, time
+import rados, rbd
+p = json.loads(sys.argv[1])
+conf = {'mon_host': p['mon_host'], 'keyring': p['keyring'],
+        'client_mount_timeout': p['mount_timeout']}
+client = rados.Rados(rados_id=p['user'], conf=conf)
+client.connect()
+ioctx = client.open_ioctx(p['pool'])
+image = rbd.Image(ioctx, p['image'])
+print('READY', client.get_addrs(), flush=True)
+failures = 0
+for seq in range(p['count']):
+    block = (p['tag'].encode() + b' seq=%08d ' % seq).ljust(512, b'.') * 8
+    try:
+        image.write(block, (p['base'] + seq) * 4096)
+        print('OK', seq, repr(time.time()), flush=True)
+        failures = 0
+    except Exception as err:
+        print('ERR', seq, getattr(err, 'errno', None), type(err).__name__,
+              repr(time.time()), flush=True)
+        failures += 1
+        if failures >= 5:
+            break
+    time.sleep(p['interval'])
+print('DONE', flush=True)
+'''
+
+
+def block_for(tag, seq):
+    return (tag.encode() + b' seq=%08d ' % seq).ljust(512, b'.') * 8
+
+
+class Writer(object):
+    """A subprocess holding an RBD image open and writing to it."""
+
+    def __init__(self, cluster, info, host, tag='A', base=0, count=100000,
+                 interval=0.02, mount_timeout=10):
+        hosts, ports = info['hosts'], info['ports']
+        pool, image = info['name'].split('/', 1)
+        self.tag, self.base = tag, base
+        self.params = {
+            'mon_host': ','.join('%s:%s' % hp for hp in zip(hosts, ports)),
+            'keyring': cluster.keyring, 'user': info['auth_username'],
+            'pool': pool, 'image': image, 'tag': tag, 'base': base,
+            'count': count, 'interval': interval,
+            'mount_timeout': str(mount_timeout)}
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('CEPH_')}
+        if cluster.shim and host in HOST_IPS:
+            env.update(LD_PRELOAD=cluster.shim, CFD_BIND_IP=HOST_IPS[host])
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, '-c', WRITER, json.dumps(self.params)],
+            stdout=subprocess.PIPE, stderr=self.stderr, env=env)
+        self.lines = []
+        self._buf = b''
+        self.addr = None
+        self.stopped = False
+        try:
+            self.wait_for(lambda: self.addr is not None, 3 * mount_timeout,
+                          'writer ready')
+        except AssertionError:
+            self.stop()
+            raise
+
+    def poll(self, timeout=0.0):
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            ready, _w, _x = select.select([fd], [], [], left)
+            if not ready:
+                return
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            self._buf += chunk
+            *complete, self._buf = self._buf.split(b'\n')
+            for line in complete:
+                parts = line.decode().split()
+                if parts and parts[0] == 'READY':
+                    self.addr = parts[1]
+                self.lines.append(parts)
+            if time.monotonic() >= deadline:
+                return
+
+    def wait_for(self, predicate, timeout, what):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() >= deadline:
+                self.stderr.seek(0)
+                raise AssertionError('timed out waiting for %s; writer '
+                                     'output %s, stderr %s' % (
+                                         what, self.lines[-5:],
+                                         self.stderr.read()[-2000:]))
+            if self.proc.poll() is not None and not self._readable():
+                self.poll(0.1)
+                if not predicate():
+                    raise AssertionError('writer exited (%s) before %s: %s'
+                                         % (self.proc.returncode, what,
+                                            self.lines[-5:]))
+            self.poll(0.05)
+
+    def _readable(self):
+        ready, _w, _x = select.select([self.proc.stdout.fileno()], [], [], 0)
+        return bool(ready)
+
+    def oks(self):
+        return [(int(p[1]), float(p[2])) for p in self.lines
+                if p[0] == 'OK']
+
+    def errs(self):
+        return [(int(p[1]), p[2], p[3], float(p[4])) for p in self.lines
+                if p[0] == 'ERR']
+
+    def wait_oks(self, n, timeout=20):
+        start = len(self.oks())
+        self.wait_for(lambda: len(self.oks()) >= start + n, timeout,
+                      '%d more successful writes' % n)
+
+    def wait_fenced(self, timeout=10):
+        self.wait_for(lambda: self.errs(), timeout, 'a failed write')
+        return self.errs()[0]
+
+    def finish(self, timeout=15):
+        """Let it run into its error limit (or kill it); read everything."""
+        try:
+            self.wait_for(lambda: self.lines and self.lines[-1][0] == 'DONE',
+                          timeout, 'writer done')
+        finally:
+            self.stop()
+
+    def stop(self):
+        if self.stopped:
+            return
+        self.stopped = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        self.poll(0.2)
+        self.stderr.close()
+        self.proc.stdout.close()
+
+
+# -- the harness --------------------------------------------------------------
+
+
+def connector_for(host, **extra):
+    connector = {'host': host, 'ip': HOST_IPS.get(host, '127.0.0.1'),
+                 'platform': 'x86_64', 'os_type': 'linux',
+                 'multipath': False, 'do_local_attach': False}
+    connector.update(extra)
+    return connector
+
+
+class FakeImageService(object):
+    """Glance as Cinder's image code calls it.
+
+    Image data lives in Ceph (an ``rbd://`` location, read through librbd
+    as Glance's RBD store does), in a file (``file://``) or nowhere (data
+    served by download).
+    """
+
+    def __init__(self):
+        self.images = {}
+
+    def add(self, image_id, disk_format='raw', size=None, url=None,
+            reader=None):
+        self.images[image_id] = {
+            'meta': {'id': image_id, 'disk_format': disk_format,
+                     'container_format': 'bare', 'size': size,
+                     'status': 'active', 'properties': {}},
+            'url': url, 'reader': reader}
+
+    def show(self, context, image_id):
+        return dict(self.images[image_id]['meta'])
+
+    def get_location(self, context, image_id):
+        url = self.images[image_id]['url']
+        return url, ([{'url': url, 'metadata': {}}] if url else [])
+
+    def download(self, context, image_id, data=None):
+        chunks = self.images[image_id]['reader']()
+        if data is None:
+            return chunks
+        for chunk in chunks:
+            data.write(chunk)
+
+
+class RBDTestCase(base.CinderTgtTestCase):
+    """Real Cinder services in-process on the real Ceph cluster."""
+
+    _vol_type_name = 'rbd-forcedetach'
+
+    @classmethod
+    def setUpClass(cls):
+        super(RBDTestCase, cls).setUpClass()
+        cls.cluster = get_cluster()
+
+    def setUp(self):
+        self._use_database_file()
+        functional_helpers._FunctionalTestBase.setUp(self)
+        self.api.create_type(self._vol_type_name)
+        self.driver = self.volume.manager.driver
+        self.ctxt = context.get_admin_context()
+        self.writers = []
+        self.addCleanup(self._stop_writers)
+        self.workdir = tempfile.mkdtemp(prefix='cfd-rbd-test-')
+        self.addCleanup(shutil.rmtree, self.workdir, True)
+
+    def _get_flags(self):
+        f = functional_helpers._FunctionalTestBase._get_flags(self)
+        g = base.BACKEND
+        c = self.cluster
+        for key, value in (('volume_driver', DRIVER),
+                           ('rbd_ceph_conf', c.conf), ('rbd_user', c.user),
+                           ('rbd_pool', c.pool),
+                           ('forcedetach_rbd_keyring', c.keyring),
+                           ('forcedetach_rbd_timeout', 4),
+                           ('forcedetach_rbd_fence_verify_timeout', 5.0),
+                           ('volume_backend_name', 'rbd')):
+            f[key] = {'v': value, 'g': g}
+        f['default_volume_type'] = {'v': self._vol_type_name}
+        return f
+
+    def _stop_writers(self):
+        for writer in self.writers:
+            if not writer.stopped:
+                writer.stop()
+
+    # -- helpers ----------------------------------------------------------
+
+    def attach(self, volume_id, host, complete=True):
+        att = self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': volume_id,
+            'connector': connector_for(host)}})['attachment']
+        if complete:
+            self.api.api_post('/attachments/%s/action' % att['id'],
+                              {'os-complete': {}},
+                              check_response_status=[204])
+        return att, att['connection_info']
+
+    def writer(self, info, host, **kwargs):
+        w = Writer(self.cluster, info, host, **kwargs)
+        self.writers.append(w)
+        w.wait_oks(3)
+        return w
+
+    def attached_volume(self, host='compute1', **vol):
+        vol = self.create_volume(**vol)
+        att, info = self.attach(vol['id'], host)
+        writer = self.writer(info, host)
+        self.assertEqual('in-use', self.api.get_volume(vol['id'])['status'])
+        return vol['id'], att, info, writer
+
+    def assert_detached(self, volume_id):
+        vol = self.db_volume(volume_id)
+        self.assertEqual(('available', 'detached'),
+                         (vol.status, vol.attach_status))
+        self.assertEqual([], [a.id for a in vol.volume_attachment])
+
+    def image_name(self, volume_id):
+        return 'volume-%s' % volume_id
+
+    def read_blocks(self, volume_id, first, count, pool=None, name=None):
+        client = self.cluster.connect()
+        try:
+            with client.open_ioctx(pool or self.cluster.pool) as ioctx:
+                with rbd.Image(ioctx, name or self.image_name(volume_id),
+                               read_only=True) as image:
+                    data = image.read(first * BLOCK, count * BLOCK)
+        finally:
+            client.shutdown()
+        return [data[i * BLOCK:(i + 1) * BLOCK] for i in range(count)]
+
+    def new_client_writes(self, volume_id, block=b'N' * BLOCK, offset=None):
+        """A new client opens the image and writes; returns seconds taken."""
+        t0 = time.monotonic()
+        client = self.cluster.connect()
+        try:
+            with client.open_ioctx(self.cluster.pool) as ioctx:
+                with rbd.Image(ioctx, self.image_name(volume_id)) as image:
+                    if offset is None:
+                        offset = image.size() - BLOCK
+                    image.write(block, offset)
+                    image.flush()
+                    self.assertEqual(block, image.read(offset, len(block)))
+        finally:
+            client.shutdown()
+        return time.monotonic() - t0
+
+    def assert_fenced_cleanly(self, writer, volume_id, fence_returned):
+        """The writer was fenced, cleanly.
+
+        Its writes fail with errno 108 from the fence on, none is reported
+        OK after the fence returned, and nothing it wrote after the fence
+        landed is in the image; everything acknowledged is.
+        """
+        seq, err_no, name, _t = writer.wait_fenced()
+        writer.finish()
+        self.assertEqual(('108', 'ConnectionShutdown'), (err_no, name),
+                         writer.lines[-8:])
+        oks = writer.oks()
+        late = [(s, t) for s, t in oks if t > fence_returned]
+        self.assertEqual([], late, 'writes succeeded after the fence')
+        errs = writer.errs()
+        self.assertGreaterEqual(len(errs), 5)
+        self.assertEqual({'108'}, {e[1] for e in errs})
+        last_ok = max(s for s, _t in oks)
+        self.assertEqual(last_ok + 1, seq)
+        blocks = self.read_blocks(volume_id, writer.base,
+                                  max(e[0] for e in errs) + 1)
+        for s in range(last_ok + 1):
+            self.assertEqual(block_for(writer.tag, s), blocks[s],
+                             'acknowledged write %d lost' % s)
+        # A write in flight as the fence landed may or may not be there;
+        # every later one must not.
+        for s in range(seq + 1, len(blocks)):
+            self.assertEqual(b'\0' * BLOCK, blocks[s],
+                             'write %d landed after the fence' % s)
+
+
+# -- fencing ------------------------------------------------------------------
+
+
+@ddt.ddt
+class FenceTestCase(RBDTestCase):
+
+    def test_force_detach_fences_the_writer(self):
+        vol_id, att, info, writer = self.attached_volume('compute1')
+        self.assertEqual(HOST_IPS['compute1'] if self.cluster.shim
+                         else '127.0.0.1', rbd_driver.addr_ip(writer.addr))
+
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        fence_returned = time.time()
+        self.new_client_writes(vol_id)
+
+        self.assert_detached(vol_id)
+        self.assert_fenced_cleanly(writer, vol_id, fence_returned)
+        self.assertIn(writer.addr, self.cluster.blocklist())
+        fences = self.driver.list_fences(self.db_volume(vol_id))
+        # every host's clients were fenced (no connector)
+        self.assertEqual([(writer.addr, True, ['*'])],
+                         [(f['addr'], f['active'], f['hosts'])
+                          for f in fences])
+
+    def test_api_force_detach_with_connector(self):
+        """Cinder's own os-force_detach: terminate_connection fences."""
+        vol_id, att, info, writer = self.attached_volume('compute1')
+        self.force_detach_api(vol_id, connector=connector_for('compute1'),
+                              attachment_id=att['id'])
+        fence_returned = time.time()
+        self.wait_volume(vol_id, ('available',))
+        self.assert_fenced_cleanly(writer, vol_id, fence_returned)
+        self.new_client_writes(vol_id)
+        self.assert_detached(vol_id)
+        self.assertEqual(
+            [(writer.addr, ['compute1'])],
+            [(f['addr'], f['hosts'])
+             for f in self.driver.list_fences(self.db_volume(vol_id))])
+
+    def test_api_force_detach_without_connector(self):
+        vol_id, att, info, writer = self.attached_volume('compute1')
+        self.force_detach_api(vol_id, attachment_id=att['id'])
+        fence_returned = time.time()
+        self.wait_volume(vol_id, ('available',))
+        self.assert_fenced_cleanly(writer, vol_id, fence_returned)
+
+    def test_attachment_delete_of_a_closed_client_fences_nothing(self):
+        vol_id = self.create_volume()['id']
+        att, info = self.attach(vol_id, 'compute1')
+        writer = self.writer(info, 'compute1', count=20)
+        writer.finish()             # wrote its 20 blocks and closed
+        self.assertEqual([], writer.errs())
+        self.api.api_delete('/attachments/%s' % att['id'])
+        self.wait_volume(vol_id, ('available',))
+        self.assertEqual([], self.driver.list_fences(self.db_volume(vol_id)))
+
+    def test_attachment_delete_of_a_live_client_fences_it(self):
+        vol_id, att, info, writer = self.attached_volume('compute1')
+        self.api.api_delete('/attachments/%s' % att['id'])
+        fence_returned = time.time()
+        self.wait_volume(vol_id, ('available',))
+        self.assert_fenced_cleanly(writer, vol_id, fence_returned)
+
+    def test_force_detach_twice_is_a_success(self):
+        vol_id, att, info, writer = self.attached_volume()
+        volume = self.db_volume(vol_id)
+        self.driver.force_detach(self.ctxt, volume, attachment_id=att['id'])
+        fence_returned = time.time()
+        self.driver.force_detach(self.ctxt, volume, attachment_id=att['id'])
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        for _ in range(2):
+            self.assertEqual([], self.driver.fence_clients(
+                volume, [connector_for('compute1')], []))
+            self.assertFalse(self.driver.revoke_host_access(
+                volume, connector_for('compute1')))
+            self.driver.remove_export(self.ctxt, volume)
+        self.assert_detached(vol_id)
+        self.assert_fenced_cleanly(writer, vol_id, fence_returned)
+        self.assertEqual(1, len(self.driver.list_fences(volume)))
+
+    def test_other_host_connector_fences_nothing(self):
+        vol_id, att, info, writer = self.attached_volume('compute1')
+        volume = self.db_volume(vol_id)
+        self.assertEqual([], self.driver.fence_clients(
+            volume, [connector_for('compute2')], []))
+        if self.cluster.shim:
+            writer.wait_oks(3)
+            self.assertEqual([], writer.errs())
+
+    def test_lift_fence(self):
+        vol_id, att, info, writer = self.attached_volume()
+        volume = self.db_volume(vol_id)
+        self.driver.force_detach(self.ctxt, volume)
+        writer.wait_fenced()
+        self.assertIn(writer.addr, self.cluster.blocklist())
+        self.assertEqual([writer.addr], self.driver.lift_fence(writer.addr))
+        self.assertNotIn(writer.addr, self.cluster.blocklist())
+        self.assertEqual([], self.driver.list_fences(volume))
+        # The old handle stays dead; lifting twice is a no-op success.
+        writer.finish()
+        self.assertEqual([], [s for s, t in writer.oks()
+                              if s > writer.errs()[0][0]])
+        self.assertEqual([], self.driver.lift_fence(volume))
+
+    # -- crashes --------------------------------------------------------------
+
+    def _crash_in_child(self, volume_id, patch):
+        report = os.path.join(self.workdir, 'child-traceback')
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            code = [1]
+
+            def run():
+                try:
+                    patch()
+                    self.driver.force_detach(self.ctxt,
+                                             self.db_volume(volume_id))
+                    code[0] = 0
+                except BaseException:
+                    with open(report, 'w') as f:
+                        f.write(traceback.format_exc())
+
+            # In a new OS thread: Ceph draws client nonces from a
+            # thread-local generator that fork copies, so the child's first
+            # client would get the address of the parent's next one (the
+            # re-run would then take the crashed run's watch for its own).
+            thread = eventlet.patcher.original('threading').Thread(
+                target=run)
+            thread.start()
+            thread.join()
+            os._exit(code[0])
+        _pid, status = os.waitpid(pid, 0)
+        why = open(report).read() if os.path.exists(report) else ''
+        self.assertEqual(CRASH_EXIT, os.waitstatus_to_exitcode(status),
+                         'the child did not crash where asked: ' + why)
+
+    @ddt.data('_blocklist_add', flow.FenceClientsTask, flow.RemoveExportTask)
+    def test_crash_then_rerun(self, where):
+        vol_id, att, info, writer = self.attached_volume()
+        if isinstance(where, str):
+            owner, name = rbd_driver.RBDDriver, where
+        else:
+            owner, name = where, 'execute'
+        real = getattr(owner, name)
+
+        def patch():
+            @functools.wraps(real)
+            def crashing(*args, **kwargs):
+                real(*args, **kwargs)
+                os._exit(CRASH_EXIT)
+            setattr(owner, name, crashing)
+
+        self._crash_in_child(vol_id, patch)
+        fence_landed = time.time()
+        # Cinder untouched, the client already fenced.
+        volume = self.db_volume(vol_id)
+        self.assertEqual(('in-use', 1), (volume.status,
+                                         len(volume.volume_attachment)))
+        writer.wait_fenced()
+        self.assertIn(writer.addr, self.cluster.blocklist())
+
+        self.driver.force_detach(self.ctxt, volume)
+        self.assert_detached(vol_id)
+        self.assert_fenced_cleanly(writer, vol_id, fence_landed)
+        self.new_client_writes(vol_id)
+
+    # -- the cluster unreachable ---------------------------------------------
+
+    def test_monitor_down_fails_and_leaves_db_unchanged(self):
+        vol_id, att, info, writer = self.attached_volume()
+        volume = self.db_volume(vol_id)
+        mon = self.cluster.mon_pid()
+        os.kill(mon, signal.SIGSTOP)
+        try:
+            err = self.assertRaises(fd_exception.ForceDetachFailed,
+                                    self.driver.force_detach, self.ctxt,
+                                    volume)
+            # The OSD session of the client is still up: it still writes.
+            writer.wait_oks(3)
+        finally:
+            os.kill(mon, signal.SIGCONT)
+        self.assertIn('FenceClientsTask', str(err))
+        self.assertIn('Ceph cluster unavailable', str(err))
+        volume = self.db_volume(vol_id)
+        self.assertEqual(('in-use', 'attached', [att['id']]),
+                         (volume.status, volume.attach_status,
+                          [a.id for a in volume.volume_attachment]))
+        self.assertEqual([], writer.errs())
+        # The monitor is back: the re-run fences and detaches.
+        self.driver.force_detach(self.ctxt, volume)
+        fence_returned = time.time()
+        self.assert_detached(vol_id)
+        self.assert_fenced_cleanly(writer, vol_id, fence_returned)
+
+    # -- multiattach ----------------------------------------------------------
+
+    def test_multiattach_fences_one_host_and_keeps_the_other(self):
+        if not self.cluster.shim:
+            self.skipTest('needs the bind shim (gcc) to give each host its '
+                          'own address')
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att_a, info_a = self.attach(vol_id, 'compute1')
+        att_b, info_b = self.attach(vol_id, 'compute2')
+        a = self.writer(info_a, 'compute1', tag='A', base=0)
+        b = self.writer(info_b, 'compute2', tag='B', base=10000)
+
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
+                                 connector=connector_for('compute1'))
+        fence_returned = time.time()
+
+        self.assert_fenced_cleanly(a, vol_id, fence_returned)
+        b.wait_oks(10)
+        self.assertEqual([], b.errs())
+        self.assertNotEqual([], [s for s, t in b.oks()
+                                 if t > fence_returned])
+        self.assertNotIn(b.addr, self.cluster.blocklist())
+        volume = self.db_volume(vol_id)
+        self.assertEqual('in-use', volume.status)
+        self.assertEqual([att_b['id']],
+                         [x.id for x in volume.volume_attachment])
+        # The same host detaching again, or all hosts but the one that
+        # stays, never touches compute2's client.
+        self.driver.fence_clients(volume, [None],
+                                  list(volume.volume_attachment))
+        b.wait_oks(5)
+        self.assertEqual([], b.errs())
+
+
+# -- connection_info refresh --------------------------------------------------
+
+
+class RefreshTestCase(RBDTestCase):
+
+    def write_cinder_conf(self):
+        path = os.path.join(self.workdir, 'cinder.conf')
+        c = self.cluster
+        with open(path, 'w') as f:
+            f.write('[DEFAULT]\nstate_path = %s\nlock_path = %s\n'
+                    '[oslo_concurrency]\nlock_path = %s\n'
+                    '[database]\nconnection = %s\n'
+                    '[coordination]\nbackend_url = %s\n'
+                    '[backend_defaults]\nvolume_driver = %s\n'
+                    'rbd_ceph_conf = %s\nrbd_user = %s\nrbd_pool = %s\n'
+                    'forcedetach_rbd_keyring = %s\n'
+                    'forcedetach_rbd_timeout = 5\n' % (
+                        self.workdir, self.workdir, self.workdir,
+                        CONF.database.connection,
+                        CONF.coordination.backend_url, DRIVER, c.conf,
+                        c.user, c.pool, c.keyring))
+        return path
+
+    def refresh_cli(self, attachment_id, *extra):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('CEPH_')}
+        env['PYTHONPATH'] = REPO
+        return subprocess.run(
+            [sys.executable, '-m', 'cinder_forcedetach.cmd.refresh',
+             '--config-file', self.write_cinder_conf(), '--format', 'json',
+             attachment_id] + list(extra),
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+    def stored_info(self, attachment_id):
+        return objects.VolumeAttachment.get_by_id(
+            self.ctxt, attachment_id).connection_info
+
+    def test_refresh_after_monitor_move(self):
+        vol_id = self.create_volume()['id']
+        att, info = self.attach(vol_id, 'compute1')
+        old_host = self.cluster.mon_host
+        self.assertEqual([old_host], info['hosts'])
+        self.assertEqual([old_host], self.stored_info(att['id'])['hosts'])
+        new_host = '127.0.0.2' if old_host != '127.0.0.2' else '127.0.0.1'
+
+        self.cluster.move_mon(new_host)
+        self.addCleanup(self.cluster.move_mon, old_host)
+
+        # A client given the stored connection_info cannot reach it.
+        self.assertRaises(AssertionError, Writer, self.cluster,
+                          self.stored_info(att['id']), 'compute1',
+                          mount_timeout=3)
+
+        res = self.refresh_cli(att['id'])
+        self.assertEqual(0, res.returncode, res.stderr)
+        printed = json.loads(res.stdout)
+        self.assertEqual(att['id'], printed['attachment_id'])
+        self.assertEqual([new_host], printed['connection_info']['hosts'])
+        self.assertNotIn(self.cluster.cinder_key, res.stdout + res.stderr)
+
+        stored = self.stored_info(att['id'])
+        self.assertEqual([new_host], stored['hosts'])
+        self.assertEqual([self.cluster.mon_port], stored['ports'])
+        # what Cinder's manager added is kept
+        for key in ('access_mode', 'encrypted', 'attachment_id',
+                    'driver_volume_type', 'qos_specs'):
+            self.assertEqual(info[key], stored[key], key)
+        self.assertNotIn('keyring', stored)
+        writer = self.writer(stored, 'compute1')
+        self.assertEqual([], writer.errs())
+
+        # The driver method itself, in-process: same answer, idempotent.
+        attachment = objects.VolumeAttachment.get_by_id(self.ctxt, att['id'])
+        again = self.driver.refresh_connection_info(self.ctxt, attachment)
+        self.assertEqual(stored, again)
+
+    def test_refresh_errors(self):
+        vol_id = self.create_volume()['id']
+        att, _info = self.attach(vol_id, 'compute1')
+        res = self.refresh_cli(str(uuid.uuid4()))
+        self.assertEqual(2, res.returncode, res.stderr)
+        reserved = self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': self.create_volume()['id']}})['attachment']
+        res = self.refresh_cli(reserved['id'])
+        self.assertEqual(1, res.returncode, res.stderr)
+        self.assertIn('no live connection', res.stderr)
+
+
+# -- reimage and volume operations --------------------------------------------
+
+
+@ddt.ddt
+class ImageTestCase(RBDTestCase):
+
+    IMAGE_MB = 12
+
+    def setUp(self):
+        super(ImageTestCase, self).setUp()
+        self.images = FakeImageService()
+        self.commands = []
+        real = self.driver._execute
+
+        def recording(*cmd, **kwargs):
+            self.commands.append([str(c) for c in cmd])
+            return real(*cmd, **kwargs)
+        self.driver._execute = recording
+
+    def image_data(self):
+        """A sparse pattern: a few stamped blocks, the rest holes."""
+        data = bytearray(self.IMAGE_MB * 1024 * 1024)
+        for i in range(0, len(data) // BLOCK, 97):
+            data[i * BLOCK:(i + 1) * BLOCK] = block_for('IMG', i)
+        return bytes(data)
+
+    def rbd_image(self, data, fmt='raw'):
+        """An image in the images pool with a snapshot, as Glance makes."""
+        image_id = str(uuid.uuid4())
+        client = self.cluster.connect()
+        try:
+            with client.open_ioctx(self.cluster.images_pool) as ioctx:
+                if fmt == 'raw':
+                    rbd.RBD().create(ioctx, image_id, len(data))
+                    with rbd.Image(ioctx, image_id) as image:
+                        for off in range(0, len(data), 1 << 20):
+                            chunk = data[off:off + (1 << 20)]
+                            if chunk.count(0) != len(chunk):
+                                image.write(chunk, off)
+                        image.create_snap('snap')
+                else:
+                    raw = os.path.join(self.workdir, 'src.raw')
+                    with open(raw, 'wb') as f:
+                        f.write(data)
+                    spec = rbd_driver.qemu_rbd_spec(
+                        self.cluster.images_pool, image_id,
+                        user=self.cluster.user, conf=self.cluster.conf)
+                    subprocess.run(['qemu-img', 'convert', '-f', 'raw',
+                                    '-O', fmt, raw, spec], check=True,
+                                   capture_output=True)
+                    with rbd.Image(ioctx, image_id) as image:
+                        image.create_snap('snap')
+        finally:
+            client.shutdown()
+
+        def reader():
+            c = self.cluster.connect()
+            try:
+                with c.open_ioctx(self.cluster.images_pool) as io:
+                    with rbd.Image(io, image_id, snapshot='snap',
+                                   read_only=True) as image:
+                        size = image.size()
+                        for off in range(0, size, 1 << 20):
+                            yield image.read(off, min(1 << 20, size - off))
+            finally:
+                c.shutdown()
+        url = 'rbd://%s/%s/%s/snap' % (self.cluster.fsid,
+                                       self.cluster.images_pool, image_id)
+        self.images.add(image_id, disk_format=fmt, url=url, reader=reader)
+        return image_id
+
+    def volume_with_old_data(self, **vol):
+        vol_id = self.create_volume(**vol)['id']
+        client = self.cluster.connect()
+        try:
+            with client.open_ioctx(self.cluster.pool) as ioctx:
+                with rbd.Image(ioctx, self.image_name(vol_id)) as image:
+                    for i in range(0, 4096, 61):
+                        image.write(b'OLD!' * 1024, i * BLOCK)
+        finally:
+            client.shutdown()
+        return vol_id
+
+    def volume_bytes(self, vol_id, length):
+        return b''.join(self.read_blocks(vol_id, 0, length // BLOCK))
+
+    def image_info(self, vol_id):
+        client = self.cluster.connect()
+        try:
+            with client.open_ioctx(self.cluster.pool) as ioctx:
+                with rbd.Image(ioctx, self.image_name(vol_id),
+                               read_only=True) as image:
+                    try:
+                        parent = image.get_parent_image_spec()
+                    except rbd.ImageNotFound:
+                        parent = None
+                    return parent, image.size()
+        finally:
+            client.shutdown()
+
+    def reimage(self, vol_id, image_id):
+        """What Cinder's manager does for os-reimage."""
+        volume = self.db_volume(vol_id)
+        location = self.images.get_location(self.ctxt, image_id)
+        volume_utils.copy_image_to_volume(
+            self.driver, self.ctxt, volume, self.images.show(self.ctxt,
+                                                             image_id),
+            location, self.images, disable_sparse=True)
+
+    def assert_no_secret_on_command_lines(self):
+        key = self.cluster.cinder_key
+        for cmd in self.commands:
+            self.assertEqual([], [a for a in cmd if key in a or ':key=' in a],
+                             'a key on a command line')
+
+    @ddt.data(False, True)
+    def test_reimage_by_clone(self, flatten):
+        self.override_config('forcedetach_rbd_reimage_flatten', flatten,
+                             base.BACKEND)
+        data = self.image_data()
+        image_id = self.rbd_image(data)
+        vol_id = self.volume_with_old_data()
+        self.reimage(vol_id, image_id)
+        parent, size = self.image_info(vol_id)
+        self.assertEqual(1 << 30, size)
+        if flatten:
+            self.assertIsNone(parent)
+        else:
+            self.assertEqual((self.cluster.images_pool, image_id, 'snap'),
+                             (parent['pool_name'], parent['image_name'],
+                              parent['snap_name']))
+        self.assertEqual(data, self.volume_bytes(vol_id, len(data)))
+        self.assertEqual([], self.commands)      # no qemu-img, no rbd CLI
+        # the volume is usable and deletable with its parent in place
+        self.new_client_writes(vol_id)
+        self.api.delete_volume(vol_id)
+
+    def test_reimage_of_a_volume_with_snapshots_streams_in_place(self):
+        data = self.image_data()
+        image_id = self.rbd_image(data)
+        vol_id = self.volume_with_old_data()
+        snap = self.api.post_snapshot({'snapshot': {'volume_id': vol_id}})
+        self._wait_snapshot(snap['id'])
+        self.reimage(vol_id, image_id)
+        parent, _size = self.image_info(vol_id)
+        self.assertIsNone(parent)
+        self.assertEqual(data, self.volume_bytes(vol_id, len(data)))
+        converts = [c for c in self.commands if c[:2] == ['qemu-img',
+                                                          'convert']]
+        self.assertEqual(1, len(converts))
+        self.assertTrue(converts[0][-2].startswith('rbd:%s/%s@snap' % (
+            self.cluster.images_pool, image_id)))
+        self.assertTrue(converts[0][-1].startswith('rbd:%s/volume-%s:' % (
+            self.cluster.pool, vol_id)))
+        self.assert_no_secret_on_command_lines()
+        # the snapshot still holds the old data
+        vol2 = self.api.post_volume({'volume': {'snapshot_id': snap['id'],
+                                                'size': 1}})
+        self.wait_volume(vol2['id'], ('available',))
+        self.assertEqual(b'OLD!' * 1024, self.read_blocks(vol2['id'], 0,
+                                                          1)[0])
+
+    def test_reimage_qcow2_in_cluster_by_qemu_img(self):
+        data = self.image_data()
+        image_id = self.rbd_image(data, fmt='qcow2')
+        vol_id = self.volume_with_old_data()
+        self.reimage(vol_id, image_id)
+        self.assertIsNone(self.image_info(vol_id)[0])
+        self.assertEqual(data, self.volume_bytes(vol_id, len(data)))
+        self.assertIn('qcow2', self.commands[-1])
+        self.assert_no_secret_on_command_lines()
+
+    def test_reimage_from_a_file_location_streams(self):
+        data = self.image_data()
+        path = os.path.join(self.workdir, 'image.raw')
+        with open(path, 'wb') as f:
+            f.write(data)
+        image_id = str(uuid.uuid4())
+        self.images.add(image_id, url='file://' + path, size=len(data))
+        vol_id = self.volume_with_old_data()
+        self.reimage(vol_id, image_id)
+        self.assertEqual(data, self.volume_bytes(vol_id, len(data)))
+        self.assertEqual(path, self.commands[-1][-2])
+        self.assertTrue(self.commands[-1][-1].startswith('rbd:'))
+        self.assert_no_secret_on_command_lines()
+
+    def test_reimage_from_the_image_service_stream(self):
+        data = self.image_data()
+        image_id = str(uuid.uuid4())
+        self.images.add(image_id, size=len(data), reader=lambda: iter(
+            [data[i:i + 65536] for i in range(0, len(data), 65536)]))
+        vol_id = self.volume_with_old_data()
+        self.reimage(vol_id, image_id)
+        self.assertEqual(data, self.volume_bytes(vol_id, len(data)))
+        self.assertEqual([], self.commands)
+
+    def test_volume_operations(self):
+        """Snapshots, clone v2 children, clones, extend, delete orders."""
+        vol_id = self.volume_with_old_data()
+        snap = self.api.post_snapshot({'snapshot': {'volume_id': vol_id}})
+        self._wait_snapshot(snap['id'])
+        child = self.api.post_volume({'volume': {'snapshot_id': snap['id'],
+                                                 'size': 2}})
+        child = self.wait_volume(child['id'], ('available', 'error'))
+        self.assertEqual('available', child['status'])
+        parent, size = self.image_info(child['id'])
+        self.assertEqual('volume-%s' % vol_id, parent['image_name'])
+        self.assertEqual(2 << 30, size)
+        clone = self.api.post_volume({'volume': {'source_volid': vol_id,
+                                                 'size': 1}})
+        clone = self.wait_volume(clone['id'], ('available', 'error'))
+        self.assertEqual('available', clone['status'])
+        self.assertIsNone(self.image_info(clone['id'])[0])
+        for vid in (child['id'], clone['id']):
+            self.assertEqual(b'OLD!' * 1024, self.read_blocks(vid, 0, 1)[0])
+        self.api.api_post('/volumes/%s/action' % clone['id'],
+                          {'os-extend': {'new_size': 3}},
+                          check_response_status=[202])
+        self.wait_volume(clone['id'], ('available',))
+        self.assertEqual(3 << 30, self.image_info(clone['id'])[1])
+        # The parent goes first: its snapshot, then itself, with a clone
+        # v2 child still alive (librbd keeps it in the trash).
+        self.api.delete_snapshot(snap['id'])
+        self._wait_gone('/snapshots/%s' % snap['id'])
+        self.api.delete_volume(vol_id)
+        self._wait_gone('/volumes/%s' % vol_id)
+        self.assertEqual(b'OLD!' * 1024,
+                         self.read_blocks(child['id'], 0, 1)[0])
+        for vid in (child['id'], clone['id']):
+            self.api.delete_volume(vid)
+            self._wait_gone('/volumes/%s' % vid)
+        client = self.cluster.connect()
+        try:
+            with client.open_ioctx(self.cluster.pool) as ioctx:
+                names = rbd.RBD().list(ioctx)
+        finally:
+            client.shutdown()
+        for vid in (vol_id, child['id'], clone['id']):
+            self.assertEqual([], [n for n in names if vid in n], names)
+
+    def test_copy_volume_to_image_and_back(self):
+        vol_id = self.volume_with_old_data()
+        uploaded = {}
+
+        class Uploads(FakeImageService):
+            def update(self, context, image_id, meta, data, **kwargs):
+                uploaded[image_id] = b''.join(iter(lambda: data.read(
+                    1 << 20), b''))
+
+        images = Uploads()
+        image_id = str(uuid.uuid4())
+        images.add(image_id)
+        self.driver.copy_volume_to_image(self.ctxt, self.db_volume(vol_id),
+                                         images, images.show(None, image_id))
+        self.assertEqual(1 << 30, len(uploaded[image_id]))
+        self.assertEqual(b'OLD!' * 1024, uploaded[image_id][:BLOCK])
+        self.assertEqual([], self.commands)
+
+    def _wait_snapshot(self, snap_id, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.api.get_snapshot(snap_id)['status'] == 'available':
+                return
+            time.sleep(0.1)
+        self.fail('snapshot %s not available' % snap_id)
+
+    def _wait_gone(self, path, timeout=30):
+        from cinder.tests.functional.api import client as api_client
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.api.api_get(path)
+            except api_client.OpenStackApiException404:
+                return
+            time.sleep(0.1)
+        self.fail('%s still exists' % path)
