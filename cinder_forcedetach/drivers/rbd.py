@@ -1007,6 +1007,10 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
         * elsewhere: the generic path (qemu-img from a file or http
           location, or the image service's stream), writing into the RBD
           image.
+
+        A reimage (``disable_sparse``) by qemu-img first discards the
+        volume, so qemu-img may skip the image's holes instead of writing
+        zeros (upstream writes every byte, through a temporary file).
         """
         meta = image_service.show(context, image_id)
         fmt = meta.get('disk_format') or 'raw'
@@ -1019,9 +1023,41 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
             self._convert_from_cluster(volume, location, image_id, fmt,
                                        sparse=not disable_sparse)
             return 'qemu-img'
+        url = fd_image.readable_location(image_service, context, image_id)
+        if url and disable_sparse:
+            # Check the image first: nothing is discarded for bad input.
+            self._check_image(image_id, fmt, fd_image.qemu_source(url),
+                              volume)
+            self._discard_all(volume)
+            disable_sparse = False
         return super(RBDDriver, self).copy_image_to_volume(
             context, volume, image_service, image_id,
             disable_sparse=disable_sparse)
+
+    def _check_image(self, image_id, fmt, source, volume):
+        """The qemu-img format of an acceptable image that fits."""
+        if fmt not in fd_image.QEMU_FORMATS or fmt not in (
+                self.configuration.safe_get('forcedetach_image_formats')
+                or fd_image.QEMU_FORMATS):
+            raise exception.ImageUnacceptable(
+                image_id=image_id,
+                reason=_('disk format %s is not accepted') % fmt)
+        qfmt = fd_image.QEMU_FORMATS[fmt]
+        fd_image.check_fits(image_id, fd_image.image_virtual_size(
+            source, qfmt, image_id, self._execute), volume.size)
+        return qfmt
+
+    def _discard_all(self, volume):
+        """Deallocate every object of the volume: it then reads zeros.
+
+        What a reimage must not leave behind is old data in the image's
+        holes; discarding whole objects (volume sizes are whole GiB) is
+        cheaper than writing zeros, and ``qemu-img convert`` can then skip
+        the image's holes.  Snapshots keep their data (copy-on-write).
+        """
+        with self._cluster() as (_client, ioctx):
+            with rbd.Image(ioctx, volume.name) as image:
+                image.discard(0, image.size())
 
     def _reimage_by_clone(self, volume, location, image_id):
         name = volume.name
@@ -1078,20 +1114,12 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
 
     def _convert_from_cluster(self, volume, location, image_id, fmt,
                               sparse=True):
-        if fmt not in fd_image.QEMU_FORMATS or fmt not in (
-                self.configuration.safe_get('forcedetach_image_formats')
-                or fd_image.QEMU_FORMATS):
-            raise exception.ImageUnacceptable(
-                image_id=image_id,
-                reason=_('disk format %s is not accepted') % fmt)
-        qfmt = fd_image.QEMU_FORMATS[fmt]
         pool, name, snap = location
         source = self._qemu_spec(pool, name, snapshot=snap)
-        fd_image.check_fits(image_id, fd_image.image_virtual_size(
-            source, qfmt, image_id, self._execute), volume.size)
-        cmd = ['qemu-img', 'convert', '-n', '-f', qfmt, '-O', 'raw']
+        qfmt = self._check_image(image_id, fmt, source, volume)
         if not sparse:
-            cmd += ['-S', '0']
+            self._discard_all(volume)
+        cmd = ['qemu-img', 'convert', '-n', '-f', qfmt, '-O', 'raw']
         self._execute(*(cmd + [source, self.image_destination(volume)]))
         LOG.info('Image %(img)s written into volume %(vol)s by qemu-img '
                  'from %(pool)s/%(name)s.', {'img': image_id,
