@@ -23,6 +23,7 @@ What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 
 import socket
 
+from cinder import context as cinder_context
 from cinder import coordination
 from cinder import exception
 from cinder.i18n import _
@@ -79,7 +80,22 @@ class ForceDetachMixin(object):
             if force_detach_flow.is_live(a) and a.connector and
             not force_detach_flow.same_host(a.connector, connector)]
         self.fence_clients(volume, [connector], remaining)
+        if not still_shared and self._export_left_behind(volume):
+            # os-force_detach of an 'available' volume (force_detach spec
+            # UseCase 5): the manager's detach_volume returns early ("not
+            # attached") and never calls remove_export.
+            LOG.info('Volume %s is available with no attachment: removing '
+                     'its export too.', volume.id)
+            self.remove_export(cinder_context.get_admin_context(), volume)
         return bool(still_shared)
+
+    @staticmethod
+    def _export_left_behind(volume):
+        """Whether no later call of Cinder's would remove the export."""
+        return (volume.status == 'available' and
+                volume.attach_status in (None, 'detached') and
+                not any(force_detach_flow.is_live(a)
+                        for a in volume.volume_attachment))
 
     # -- hooks a driver implements ----------------------------------------
 

@@ -19,6 +19,7 @@ from cinder.volume import driver
 from cinder.volume import volume_utils
 from oslo_log import log as logging
 
+from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import mixin
 from cinder_forcedetach import opts
 from cinder_forcedetach.storage import files
@@ -161,8 +162,24 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
             self.target.grant(name, initiator)
 
     def remove_export(self, context, volume):
-        """Remove target, LUN, sessions and CHAP account; idempotent."""
-        self.target.unexport(self.target_name(volume))
+        """Remove target, LUN, sessions and CHAP account; idempotent.
+
+        Kept while the host of another live attachment still has access:
+        Cinder's os-force_detach and os-detach call this unconditionally
+        after revoking one host of a multiattach volume.
+        """
+        name = self.target_name(volume)
+        state = self.target.find(name)
+        if state is not None and state.acls:
+            users = {a.connector.get('initiator')
+                     for a in volume.volume_attachment
+                     if force_detach_flow.is_live(a) and a.connector}
+            kept = sorted(users.intersection(state.acls))
+            if kept:
+                LOG.info('Export of volume %s kept: still used by %s.',
+                         volume.id, ', '.join(kept))
+                return
+        self.target.unexport(name)
         username, _password = self._chap(volume)
         if username:
             self.target.delete_account(username)
@@ -175,10 +192,21 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
         return None, None
 
     def connection_data(self, volume):
+        """iSCSI connection data, with the multipath lists os-brick reads.
+
+        The ``target_portals``/``target_iqns``/``target_luns`` lists let
+        os-brick find the session to tear down without its discovery
+        database (empty on a host that never ran discovery).
+        """
+        portal = self.portal()
+        name = self.target_name(volume)
         return {'target_discovered': False,
-                'target_portal': self.portal(),
-                'target_iqn': self.target_name(volume),
+                'target_portal': portal,
+                'target_iqn': name,
                 'target_lun': tgt.BACKING_LUN,
+                'target_portals': [portal],
+                'target_iqns': [name],
+                'target_luns': [tgt.BACKING_LUN],
                 'volume_id': volume.id,
                 'discard': True}
 
