@@ -104,8 +104,10 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         root = logging.getLogger()
         root.addHandler(handler)
         self.addCleanup(root.removeHandler, handler)
-        self.useFixture(fixtures.MonkeyPatch(
-            'logging.root.level', logging.DEBUG))
+        # setLevel, not an attribute patch: it clears the loggers' cached
+        # isEnabledFor answers.
+        self.addCleanup(root.setLevel, root.level)
+        root.setLevel(logging.DEBUG)
         vol = self.create_volume()
         att, info = self.attach(vol['id'], 'compute1')
         self.login(info, 'compute1')
@@ -117,7 +119,7 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.assertTrue(any('--password ***' in m for m in ours), ours)
         self.assertTrue(any('Attachments(%s)' % att['id'] in m
                             for m in ours), ours)
-        self.assertFalse([m for m in ours if info['auth_password'] in m])
+        self.assertEqual([], [m for m in ours if info["auth_password"] in m])
 
 
 class LocalHostDisconnectTestCase(base.CinderTgtTestCase):
