@@ -545,6 +545,9 @@ class Stack(object):
             'osapi_volume_listen': info['host'],
             'osapi_volume_listen_port': str(info['api_port']),
             'osapi_volume_workers': '1',
+            # down: a worker waiting on idle keep-alive connections exits
+            # after this many seconds instead of oslo.service's 60.
+            'graceful_shutdown_timeout': '5',
             'api_paste_config': paste,
             'enabled_backends': ','.join(n for n, _d in info['backends']),
             'rootwrap_config': os.path.join(venv, 'etc', 'cinder',
