@@ -61,7 +61,7 @@ class ManageTestCase(testtools.TestCase):
         self.httpd.answers = {}
         self.httpd.seen = []
         threading.Thread(target=self.httpd.serve_forever,
-                         daemon=True).start()
+                         kwargs={'poll_interval': 0.02}, daemon=True).start()
         self.addCleanup(self.httpd.server_close)
         self.addCleanup(self.httpd.shutdown)
         self.base = '/v3/%s' % PROJECT
