@@ -78,6 +78,8 @@ class ApiForceDetachBenchmark(base.CinderTgtTestCase):
         f = super(ApiForceDetachBenchmark, self)._get_flags()
         f['quota_volumes'] = {'v': -1}      # default quota: 10 volumes
         f['quota_gigabytes'] = {'v': -1}
+        # The database's default quota class (10 volumes) wins otherwise.
+        f['use_default_quota_class'] = {'v': False}
         return f
 
     def attach_all(self, volume_ids, tag):
