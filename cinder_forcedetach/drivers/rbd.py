@@ -1057,7 +1057,11 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
         """
         with self._cluster() as (_client, ioctx):
             with rbd.Image(ioctx, volume.name) as image:
-                image.discard(0, image.size())
+                size = image.size()
+                # librbd returns the length discarded as an int: at most
+                # 2 GiB per call.
+                for offset in range(0, size, units.Gi):
+                    image.discard(offset, min(units.Gi, size - offset))
 
     def _reimage_by_clone(self, volume, location, image_id):
         name = volume.name
