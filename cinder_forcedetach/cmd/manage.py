@@ -64,6 +64,7 @@ import os
 import re
 import sys
 import urllib.parse
+import warnings
 
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
@@ -556,7 +557,9 @@ def main(argv=None, stdout=None, stderr=None):
         return exc.code
     local_run = getattr(args, 'local_run', None)
     if local_run is not None:
-        # Runs on this host against cinder.conf, not through the API.
+        # Runs on this host against cinder.conf, not through the API;
+        # importing Cinder would print eventlet's deprecation notice.
+        warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
         return local_run(args, stdout or sys.stdout, stderr)
     out = Output(args.format, stdout)
     try:
