@@ -282,7 +282,7 @@ def tearDownModule():
 # Opens the image from connection_info-like parameters and writes block
 # after block, each stamped with its sequence number, printing one line
 # per write: "OK seq t" or "ERR seq errno Name t".  It stops after 5 failed
-# writes in a row (or `count` writes).
+# writes in a row, or after `count` writes (then it closes the image).
 WRITER = r'''
 import json, sys, time
 import rados, rbd
@@ -308,6 +308,11 @@ for seq in range(p['count']):
         if failures >= 5:
             break
     time.sleep(p['interval'])
+if not failures:
+    # a client done writing closes the image (its watch goes at once)
+    image.close()
+    ioctx.close()
+    client.shutdown()
 print('DONE', flush=True)
 '''
 
@@ -502,8 +507,8 @@ class RBDTestCase(base.CinderTgtTestCase):
                            ('rbd_ceph_conf', c.conf), ('rbd_user', c.user),
                            ('rbd_pool', c.pool),
                            ('forcedetach_rbd_keyring', c.keyring),
-                           ('forcedetach_rbd_timeout', 4),
-                           ('forcedetach_rbd_fence_verify_timeout', 5.0),
+                           ('forcedetach_rbd_timeout', 10),
+                           ('forcedetach_rbd_fence_verify_timeout', 10.0),
                            ('volume_backend_name', 'rbd')):
             f[key] = {'v': value, 'g': g}
         f['default_volume_type'] = {'v': self._vol_type_name}
