@@ -503,3 +503,18 @@ class SqliteArrayTestCase(test.TestCase):
               '0000000000000000', 5001438012345678, None)
     def test_normalize_wwpn_refuses(self, raw):
         self.assertRaises(ValueError, array_base.normalize_wwpn, raw)
+
+
+@ddt.ddt
+class EmulatedScanWritesTestCase(test.TestCase):
+    """The emulated kernel splits scan writes a FIFO has merged."""
+
+    @ddt.unpack
+    @ddt.data(('0 0 1', [['0', '0', '1']]),
+              ('0 0 10 1 1', [['0', '0', '1'], ['0', '1', '1']]),
+              ('0 0 120 1 12', [['0', '0', '12'], ['0', '1', '12']]),
+              ('- - 3- - 4', [['-', '-', '3'], ['-', '-', '4']]),
+              ('0 0 1\n0 1 1\n', [['0', '0', '1'], ['0', '1', '1']]),
+              ('', []), ('0 0', []))
+    def test_split(self, data, expected):
+        self.assertEqual(expected, fc_fabric.split_scan_writes(data))
