@@ -1160,6 +1160,13 @@ class ImageTestCase(RBDTestCase):
 
     def test_volume_operations(self):
         """Snapshots, clone v2 children, clones, extend, delete orders."""
+        stats = self.driver.get_volume_stats(refresh=True)
+        self.assertEqual(('up', 'ceph', 'rbd'), (
+            stats['backend_state'], stats['storage_protocol'].lower(),
+            stats['volume_backend_name']))
+        self.assertGreater(stats['total_capacity_gb'], 1)
+        self.assertGreater(stats['free_capacity_gb'], 1)
+        self.assertIn(self.cluster.fsid, stats['location_info'])
         vol_id = self.volume_with_old_data()
         snap = self.api.post_snapshot({'snapshot': {'volume_id': vol_id}})
         self._wait_snapshot(snap['id'])
