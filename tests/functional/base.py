@@ -14,6 +14,7 @@ import time
 
 from cinder import context
 from cinder.db import migration
+from cinder import objects
 import cinder.privsep
 from cinder.tests.functional import functional_helpers
 from cinder.tests.unit import test as cinder_test
@@ -43,31 +44,27 @@ def connector_for(host, **extra):
     return connector
 
 
-class CinderTgtTestCase(functional_helpers._FunctionalTestBase):
-    """Cinder API + scheduler + volume services on a real tgtd."""
+class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
+    """Cinder API + scheduler + volume services loading one of our drivers.
+
+    Subclasses set the backend's flags in ``_get_flags``.  The database is
+    a file rather than ``sqlite://`` so that a forked child (the crash
+    tests, a host's volume-service process) sees the services' database.
+    """
 
     MOCK_TOOZ = False
     _osapi_version = '3.70'
-    _vol_type_name = 'forcedetach'
 
     def setUp(self):
-        # A database file rather than sqlite:// so that a forked child (the
-        # crash tests) sees the same database as the services.
         self._use_database_file()
-        self.volumes_dir = self.useFixture(fixtures.TempDir()).path
-        self.tgtd = self.useFixture(fd_fixtures.TgtdFixture()).tgtd
-        # We are root: tgtadm runs in this process, not through a privsep
-        # daemon (Cinder's harness forbids starting one).
-        cinder.privsep.sys_admin_pctxt.set_client_mode(False)
-        self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode, True)
-        super(CinderTgtTestCase, self).setUp()
+        super(CinderServicesTestCase, self).setUp()
         self.api.create_type(self._vol_type_name)
         self.driver = self.volume.manager.driver
         self.ctxt = context.get_admin_context()
-        self.initiators = []
-        self.addCleanup(self._close_initiators)
 
     def _use_database_file(self):
+        # One path per process for every test class: oslo.db builds its
+        # engine once, from the connection set when a test first used it.
         if not cinder_test.DB_SCHEMA:
             # Cinder's fixture caches the schema by migrating the test
             # database itself, which then already has the tables: cache it
@@ -86,13 +83,7 @@ class CinderTgtTestCase(functional_helpers._FunctionalTestBase):
         self.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
 
     def _get_flags(self):
-        f = super(CinderTgtTestCase, self)._get_flags()
-        f['volume_driver'] = {'v': DRIVER, 'g': BACKEND}
-        f['forcedetach_tgt_control_port'] = {'v': self.tgtd.control_port,
-                                             'g': BACKEND}
-        f['forcedetach_volumes_dir'] = {'v': self.volumes_dir, 'g': BACKEND}
-        f['target_ip_address'] = {'v': '127.0.0.1', 'g': BACKEND}
-        f['target_port'] = {'v': self.tgtd.port, 'g': BACKEND}
+        f = super(CinderServicesTestCase, self)._get_flags()
         f['default_volume_type'] = {'v': self._vol_type_name}
         return f
 
@@ -102,9 +93,7 @@ class CinderTgtTestCase(functional_helpers._FunctionalTestBase):
         with fixtures.MonkeyPatch('os.path.abspath', lambda p: paste
                                   if p.endswith('api-paste.ini') else
                                   os.path.normpath(p)):
-            super(CinderTgtTestCase, self)._start_api_service()
-
-    # -- helpers ----------------------------------------------------------
+            super(CinderServicesTestCase, self)._start_api_service()
 
     def wait_volume(self, volume_id, statuses, timeout=30):
         deadline = time.monotonic() + timeout
@@ -129,6 +118,48 @@ class CinderTgtTestCase(functional_helpers._FunctionalTestBase):
             self.api.api_post('/types', {'volume_type': {
                 'name': name, 'extra_specs': {'multiattach': '<is> True'}}})
         return name
+
+    def db_volume(self, volume_id):
+        return objects.Volume.get_by_id(self.ctxt, volume_id)
+
+    def force_detach_api(self, volume_id, connector=None, attachment_id=None,
+                         status=202):
+        body = {'os-force_detach': {}}
+        if connector is not None:
+            body['os-force_detach']['connector'] = connector
+        if attachment_id:
+            body['os-force_detach']['attachment_id'] = attachment_id
+        return self.api.api_post('/volumes/%s/action' % volume_id, body,
+                                 check_response_status=[status])
+
+
+class CinderTgtTestCase(CinderServicesTestCase):
+    """Our iSCSI driver in Cinder's services, on a real tgtd."""
+
+    _vol_type_name = 'forcedetach'
+
+    def setUp(self):
+        self.volumes_dir = self.useFixture(fixtures.TempDir()).path
+        self.tgtd = self.useFixture(fd_fixtures.TgtdFixture()).tgtd
+        # We are root: tgtadm runs in this process, not through a privsep
+        # daemon (Cinder's harness forbids starting one).
+        cinder.privsep.sys_admin_pctxt.set_client_mode(False)
+        self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode, True)
+        super(CinderTgtTestCase, self).setUp()
+        self.initiators = []
+        self.addCleanup(self._close_initiators)
+
+    def _get_flags(self):
+        f = super(CinderTgtTestCase, self)._get_flags()
+        f['volume_driver'] = {'v': DRIVER, 'g': BACKEND}
+        f['forcedetach_tgt_control_port'] = {'v': self.tgtd.control_port,
+                                             'g': BACKEND}
+        f['forcedetach_volumes_dir'] = {'v': self.volumes_dir, 'g': BACKEND}
+        f['target_ip_address'] = {'v': '127.0.0.1', 'g': BACKEND}
+        f['target_port'] = {'v': self.tgtd.port, 'g': BACKEND}
+        return f
+
+    # -- helpers ----------------------------------------------------------
 
     def attach(self, volume_id, host, complete=True):
         """Attachment API (3.27+) as Nova drives it; returns (att, info)."""
@@ -161,16 +192,3 @@ class CinderTgtTestCase(functional_helpers._FunctionalTestBase):
     def target_state(self, volume_id):
         name = CONF[BACKEND].target_prefix + 'volume-%s' % volume_id
         return self.driver.target.find(name)
-
-    def db_volume(self, volume_id):
-        from cinder import objects
-        return objects.Volume.get_by_id(self.ctxt, volume_id)
-
-    def force_detach_api(self, volume_id, connector=None, attachment_id=None):
-        body = {'os-force_detach': {}}
-        if connector is not None:
-            body['os-force_detach']['connector'] = connector
-        if attachment_id:
-            body['os-force_detach']['attachment_id'] = attachment_id
-        return self.api.api_post('/volumes/%s/action' % volume_id, body,
-                                 check_response_status=[202])

@@ -26,16 +26,9 @@ import contextlib
 import os
 import socket
 import sqlite3
-import sys
-import tempfile
-import time
 
-from cinder import context
 from cinder import exception as cinder_exception
-from cinder import objects
 from cinder.tests.functional.api import client
-from cinder.tests.functional import functional_helpers
-from cinder.tests.unit import test as cinder_test
 from cinder.volume import configuration
 import ddt
 import fixtures
@@ -45,6 +38,7 @@ from oslo_config import cfg
 from cinder_forcedetach.drivers import fc  # noqa: F401
 from cinder_forcedetach import exception
 from cinder_forcedetach.flows import force_detach as flow
+from tests.functional import base
 from tests.functional import fc_fabric
 
 CONF = cfg.CONF
@@ -56,45 +50,21 @@ THIS_HOST = socket.gethostname()
 DATA = b'written through the emulated FC path\n' * 111
 
 
-class CinderFCTestCase(functional_helpers._FunctionalTestBase):
-    """Cinder API + scheduler + volume services on the emulated fabric.
+class CinderFCTestCase(base.CinderServicesTestCase):
+    """Cinder API + scheduler + volume services on the emulated fabric."""
 
-    The same harness as ``tests/functional/base.py`` minus tgtd: a
-    database file (a host's volume-service process shares it), the
-    api-paste.ini location fix, and our driver as the backend.
-    """
-
-    MOCK_TOOZ = False
-    _osapi_version = '3.70'
     _vol_type_name = 'forcedetach-fc'
 
     def setUp(self):
-        self._use_database_file()
         tmp = self.useFixture(fixtures.TempDir()).path
         self.volumes_dir = os.path.join(tmp, 'volumes')
         self.array_db = os.path.join(tmp, 'array.sqlite')
         self.fabric = self.useFixture(fc_fabric.EmulatedFabric(
             self.array_db, self.volumes_dir, TARGETS))
         super(CinderFCTestCase, self).setUp()
-        self.api.create_type(self._vol_type_name)
-        self.driver = self.volume.manager.driver
         self.array = self.driver.array
         self.switch = self.fabric.state
-        self.ctxt = context.get_admin_context()
         self.connectors = {}
-
-    def _use_database_file(self):
-        path = os.path.join(tempfile.gettempdir(),
-                            'cinder-forcedetach-fc-%d.sqlite' % os.getpid())
-        CONF.set_override('connection', 'sqlite:///' + path, 'database')
-        if not cinder_test.DB_SCHEMA:
-            # Cinder's Database fixture migrates a database to cache its
-            # schema, then replays the schema on the same database: with a
-            # file, do the caching first and start again from no file.
-            cinder_test.Database()._cache_schema()
-        if os.path.exists(path):
-            os.unlink(path)
-        self.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
 
     def _get_flags(self):
         f = super(CinderFCTestCase, self)._get_flags()
@@ -105,45 +75,10 @@ class CinderFCTestCase(functional_helpers._FunctionalTestBase):
         f['forcedetach_fc_array_timeout'] = {'v': ARRAY_TIMEOUT,
                                              'g': BACKEND}
         f['forcedetach_device_scan_attempts'] = {'v': 2, 'g': BACKEND}
-        f['default_volume_type'] = {'v': self._vol_type_name}
         f.update(fc_fabric.zoning_flags(self.fabric.db))
         return f
 
-    def _start_api_service(self):
-        # pip installs api-paste.ini under <venv>/etc, not next to cinder/.
-        paste = os.path.join(sys.prefix, 'etc', 'cinder', 'api-paste.ini')
-        with fixtures.MonkeyPatch('os.path.abspath', lambda p: paste
-                                  if p.endswith('api-paste.ini') else
-                                  os.path.normpath(p)):
-            super(CinderFCTestCase, self)._start_api_service()
-
     # -- Cinder ------------------------------------------------------------
-
-    def wait_volume(self, volume_id, statuses, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            vol = self.api.get_volume(volume_id)
-            if vol['status'] in statuses:
-                return vol
-            time.sleep(0.1)
-        self.fail('volume %s stayed %s, wanted %s' % (
-            volume_id, vol['status'], statuses))
-
-    def create_volume(self, **extra):
-        body = {'size': 1}
-        body.update(extra)
-        vol = self.api.post_volume({'volume': body})
-        return self.wait_volume(vol['id'], ('available', 'error'))['id']
-
-    def multiattach_type(self, name='forcedetach-fc-multiattach'):
-        types = [t['name'] for t in self.api.api_get('/types')['volume_types']]
-        if name not in types:
-            self.api.api_post('/types', {'volume_type': {
-                'name': name, 'extra_specs': {'multiattach': '<is> True'}}})
-        return name
-
-    def db_volume(self, volume_id):
-        return objects.Volume.get_by_id(self.ctxt, volume_id)
 
     def connector(self, host):
         if host.name not in self.connectors:
@@ -175,7 +110,7 @@ class CinderFCTestCase(functional_helpers._FunctionalTestBase):
         """A volume attached in Cinder, connected by os-brick, written."""
         host = (self.fabric.hosts.get(host_name) or
                 self.fabric.add_host(host_name, n_hbas=2))
-        volume_id = volume_id or self.create_volume()
+        volume_id = volume_id or self.create_volume()['id']
         att, info = self.attach(volume_id, host)
         self.assertEqual('fibre_channel', info['driver_volume_type'])
         device = host.connect(info)
@@ -327,7 +262,8 @@ class FCForceDetachTestCase(CinderFCTestCase):
     # -- several hosts, several LUNs ------------------------------------------
 
     def test_force_detach_one_host_keeps_the_other(self):
-        vol_id = self.create_volume(volume_type=self.multiattach_type())
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
         _v, att_a, _i, host_a, dev_a = self.attached('compute1', vol_id)
         _v, att_b, _i, host_b, dev_b = self.attached('compute2', vol_id)
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id),

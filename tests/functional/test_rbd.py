@@ -36,9 +36,7 @@ import traceback
 import unittest
 import uuid
 
-from cinder import context
 from cinder import objects
-from cinder.tests.functional import functional_helpers
 from cinder.volume import volume_utils
 import ddt
 import eventlet
@@ -478,7 +476,7 @@ class FakeImageService(object):
             data.write(chunk)
 
 
-class RBDTestCase(base.CinderTgtTestCase):
+class RBDTestCase(base.CinderServicesTestCase):
     """Real Cinder services in-process on the real Ceph cluster."""
 
     _vol_type_name = 'rbd-forcedetach'
@@ -489,18 +487,14 @@ class RBDTestCase(base.CinderTgtTestCase):
         cls.cluster = get_cluster()
 
     def setUp(self):
-        self._use_database_file()
-        functional_helpers._FunctionalTestBase.setUp(self)
-        self.api.create_type(self._vol_type_name)
-        self.driver = self.volume.manager.driver
-        self.ctxt = context.get_admin_context()
+        super(RBDTestCase, self).setUp()
         self.writers = []
         self.addCleanup(self._stop_writers)
         self.workdir = tempfile.mkdtemp(prefix='cfd-rbd-test-')
         self.addCleanup(shutil.rmtree, self.workdir, True)
 
     def _get_flags(self):
-        f = functional_helpers._FunctionalTestBase._get_flags(self)
+        f = super(RBDTestCase, self)._get_flags()
         g = base.BACKEND
         c = self.cluster
         for key, value in (('volume_driver', DRIVER),
@@ -511,7 +505,6 @@ class RBDTestCase(base.CinderTgtTestCase):
                            ('forcedetach_rbd_fence_verify_timeout', 10.0),
                            ('volume_backend_name', 'rbd')):
             f[key] = {'v': value, 'g': g}
-        f['default_volume_type'] = {'v': self._vol_type_name}
         return f
 
     def _stop_writers(self):
