@@ -15,46 +15,36 @@ from cinder.common import constants
 from cinder import exception
 from cinder.i18n import _
 from cinder import interface
-from cinder.volume import driver
 from cinder.volume import volume_utils
 from oslo_log import log as logging
 
+from cinder_forcedetach.drivers import common
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import mixin
 from cinder_forcedetach import opts
-from cinder_forcedetach.storage import files
 from cinder_forcedetach.targets import tgt
 
 LOG = logging.getLogger(__name__)
 
 
 @interface.volumedriver
-class TgtISCSIDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
+class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
     """Sparse-file volumes exported by tgtd, with safe force-detach."""
 
-    VERSION = '1.0.0'
-    CI_WIKI_NAME = 'cinder-forcedetach_CI'
+    DEFAULT_BACKEND_NAME = 'tgt_forcedetach'
+    protocol = constants.ISCSI
 
     def __init__(self, *args, **kwargs):
         super(TgtISCSIDriver, self).__init__(*args, **kwargs)
         self.configuration.append_config_values(opts.iscsi_opts)
-        conf = self.configuration
-        self.backend_name = (conf.safe_get('volume_backend_name') or
-                             'tgt_forcedetach')
-        self.store = files.FileStore(conf.forcedetach_volumes_dir,
-                                     execute=self._execute)
         self.target = tgt.TgtAdm(
-            control_port=conf.forcedetach_tgt_control_port)
-        self.protocol = constants.ISCSI
+            control_port=self.configuration.forcedetach_tgt_control_port)
 
     @staticmethod
     def get_driver_options():
         return (opts.force_detach_opts + opts.image_opts + opts.iscsi_opts)
 
     # -- setup ---------------------------------------------------------------
-
-    def do_setup(self, context):
-        self.store.setup()
 
     def check_for_setup_error(self):
         """Fail when tgtd is not reachable on its control port."""
@@ -68,61 +58,6 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
     def portal(self):
         return '%s:%s' % (self.configuration.target_ip_address,
                           self.configuration.target_port)
-
-    def local_path(self, volume):
-        return self.store.path(volume.name)
-
-    # -- volumes and snapshots ---------------------------------------------
-
-    def create_volume(self, volume):
-        self.store.create(volume.name, volume.size)
-
-    def delete_volume(self, volume):
-        self.store.delete(volume.name)
-
-    def extend_volume(self, volume, new_size):
-        self.store.resize(volume.name, new_size)
-
-    def create_snapshot(self, snapshot):
-        self.store.copy(snapshot.volume_name, snapshot.name)
-
-    def delete_snapshot(self, snapshot):
-        self.store.delete(snapshot.name)
-
-    def create_volume_from_snapshot(self, volume, snapshot):
-        self.store.copy(snapshot.name, volume.name, size_gb=volume.size)
-
-    def create_cloned_volume(self, volume, src_vref):
-        self.store.copy(src_vref.name, volume.name, size_gb=volume.size)
-
-    def copy_volume_to_image(self, context, volume, image_service,
-                             image_meta):
-        volume_utils.upload_volume(context, image_service, image_meta,
-                                   self.local_path(volume), volume)
-
-    def clone_image(self, context, volume, image_location, image_meta,
-                    image_service):
-        return None, False
-
-    def _update_volume_stats(self):
-        total, free, allocated = self.store.capacity()
-        self._stats = {
-            'volume_backend_name': self.backend_name,
-            'vendor_name': 'Open Source',
-            'driver_version': self.VERSION,
-            'storage_protocol': self.protocol,
-            'total_capacity_gb': total,
-            'free_capacity_gb': free,
-            'provisioned_capacity_gb': allocated,
-            'reserved_percentage':
-                self.configuration.safe_get('reserved_percentage') or 0,
-            'max_over_subscription_ratio':
-                self.configuration.safe_get('max_over_subscription_ratio'),
-            'thin_provisioning_support': True,
-            'thick_provisioning_support': False,
-            'multiattach': True,
-            'QoS_support': False,
-        }
 
     # -- export ------------------------------------------------------------
 
