@@ -122,6 +122,21 @@ class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
     def db_volume(self, volume_id):
         return objects.Volume.get_by_id(self.ctxt, volume_id)
 
+    def host_connector(self, host):
+        """The connector *host* sends (as os-brick builds it for Nova)."""
+        return connector_for(host)
+
+    def attach(self, volume_id, host, complete=True):
+        """Attachment API (3.27+) as Nova drives it; returns (att, info)."""
+        att = self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': volume_id,
+            'connector': self.host_connector(host)}})['attachment']
+        if complete:
+            self.api.api_post('/attachments/%s/action' % att['id'],
+                              {'os-complete': {}},
+                              check_response_status=[204])
+        return att, att['connection_info']
+
     def force_detach_api(self, volume_id, connector=None, attachment_id=None,
                          status=202):
         body = {'os-force_detach': {}}
@@ -160,17 +175,6 @@ class CinderTgtTestCase(CinderServicesTestCase):
         return f
 
     # -- helpers ----------------------------------------------------------
-
-    def attach(self, volume_id, host, complete=True):
-        """Attachment API (3.27+) as Nova drives it; returns (att, info)."""
-        att = self.api.api_post('/attachments', {'attachment': {
-            'volume_uuid': volume_id,
-            'connector': connector_for(host)}})['attachment']
-        if complete:
-            self.api.api_post('/attachments/%s/action' % att['id'],
-                              {'os-complete': {}},
-                              check_response_status=[204])
-        return att, att['connection_info']
 
     def login(self, connection_info, host):
         """A live qemu-io initiator holding the volume for *host*."""

@@ -80,29 +80,10 @@ class CinderFCTestCase(base.CinderServicesTestCase):
 
     # -- Cinder ------------------------------------------------------------
 
-    def connector(self, host):
+    def host_connector(self, host):
         if host.name not in self.connectors:
             self.connectors[host.name] = host.connector()
         return self.connectors[host.name]
-
-    def attach(self, volume_id, host):
-        """Attachment API (3.27+) as Nova drives it; returns (att, info)."""
-        att = self.api.api_post('/attachments', {'attachment': {
-            'volume_uuid': volume_id,
-            'connector': self.connector(host)}})['attachment']
-        self.api.api_post('/attachments/%s/action' % att['id'],
-                          {'os-complete': {}}, check_response_status=[204])
-        return att, att['connection_info']
-
-    def force_detach_api(self, volume_id, connector=None, attachment_id=None,
-                         status=202):
-        body = {'os-force_detach': {}}
-        if connector is not None:
-            body['os-force_detach']['connector'] = connector
-        if attachment_id:
-            body['os-force_detach']['attachment_id'] = attachment_id
-        return self.api.api_post('/volumes/%s/action' % volume_id, body,
-                                 check_response_status=[status])
 
     # -- the fabric --------------------------------------------------------
 
@@ -245,7 +226,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
     def test_each_backend_step_twice(self):
         vol_id, att, _info, host, device = self.attached()
         volume = self.db_volume(vol_id)
-        connector = self.connector(host)
+        connector = self.host_connector(host)
         for _ in range(2):
             self.assertFalse(self.driver.revoke_host_access(volume,
                                                             connector))
@@ -267,7 +248,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
         _v, att_a, _i, host_a, dev_a = self.attached('compute1', vol_id)
         _v, att_b, _i, host_b, dev_b = self.attached('compute2', vol_id)
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
-                                 connector=self.connector(host_a))
+                                 connector=self.host_connector(host_a))
         self.assertEqual(['compute2'], self.hosts_of(vol_id))
         self.assertEqual(set(), self.zoned(host_a))
         self.assert_zoned(host_b)
@@ -364,7 +345,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
         self.assertEqual(['compute1'], self.hosts_of(vol_id))
         self.assert_zoned(host)
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
-                                 connector=self.connector(host))
+                                 connector=self.host_connector(host))
         self.assert_torn_down(vol_id, host)
 
     # -- through Cinder's own API --------------------------------------------
@@ -372,7 +353,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
     @ddt.data(True, False)
     def test_api_force_detach_round_trip(self, with_connector):
         vol_id, att, _info, host, device = self.attached()
-        connector = self.connector(host) if with_connector else None
+        connector = self.host_connector(host) if with_connector else None
         self.force_detach_api(vol_id, connector, att['id'])
         self.assertEqual('available', self.api.get_volume(vol_id)['status'])
         self.assert_torn_down(vol_id, host)
@@ -391,11 +372,11 @@ class FCForceDetachTestCase(CinderFCTestCase):
         with _array_locked(self.array_db):
             self.assertRaises(client.OpenStackApiException,
                               self.force_detach_api, vol_id,
-                              self.connector(host), att['id'])
+                              self.host_connector(host), att['id'])
         self.assert_db_unchanged(vol_id, att)
         self.assertEqual(['compute1'], self.hosts_of(vol_id))
         self.assert_zoned(host)
-        self.force_detach_api(vol_id, self.connector(host), att['id'])
+        self.force_detach_api(vol_id, self.host_connector(host), att['id'])
         self.assert_torn_down(vol_id, host)
 
     def test_api_attachment_delete(self):
