@@ -8,6 +8,10 @@ Usage (nova-manage / cinder-manage style)::
         [--show-secrets]
     cinder-forcedetach [global options] attachment refresh ATTACHMENT_ID
         [--config-file FILE]... [--config-dir DIR] [--debug]
+    cinder-forcedetach [global options] fence list [--volume ID]
+        [--backend NAME] [--config-file FILE]... [--config-dir DIR]
+    cinder-forcedetach [global options] fence lift (--volume ID |
+        --address ADDR) [--backend NAME] [--config-file FILE]...
 
 Global options: ``--format table|json``, ``--timeout SECONDS``,
 ``--service-token`` and the connection options below.
@@ -48,10 +52,11 @@ Exit codes (stable, for scripts):
 5     endpoint unreachable (connection refused, timeout, no endpoint)
 ====  ======================================================================
 
-``attachment refresh`` is not an API call: like ``cinder-manage`` it runs
-on a volume host, reads cinder.conf and asks the backend's driver for a new
-connection_info (:mod:`cinder_forcedetach.cmd.refresh`, delegated to as
-is; its exit codes are the ones above).
+``attachment refresh`` and ``fence list|lift`` are not API calls: like
+``cinder-manage`` they run on a volume host, read cinder.conf and ask the
+backend's driver (a new connection_info, :mod:`cinder_forcedetach.cmd.refresh`;
+the fences force-detach recorded, :mod:`cinder_forcedetach.cmd.fence`);
+their exit codes are the ones above.
 
 Adding a command: write a function ``f(client, args, out)`` returning the
 exit code, decorate it with :func:`command` (category, name, help,
@@ -532,6 +537,7 @@ def build_parser():
             sub.set_defaults(func=func)
         if category == 'attachment':
             _add_refresh(actions)
+    _add_fence(categories)
     return parser
 
 
@@ -546,6 +552,18 @@ def _add_refresh(actions):
     _add_output_options(sub, argparse.SUPPRESS)
     refresh.add_arguments(sub, with_format=False)
     sub.set_defaults(func=None, local_run=refresh.run)
+
+
+def _add_fence(categories):
+    """``fence list|lift``: delegated to :mod:`.fence` (local)."""
+    from cinder_forcedetach.cmd import fence
+    cat_parser = categories.add_parser('fence', help=fence.HELP,
+                                       description=fence.HELP)
+    actions = cat_parser.add_subparsers(dest='action', metavar='ACTION')
+    actions.required = True
+    for sub in fence.add_arguments(actions, with_format=False):
+        _add_output_options(sub, argparse.SUPPRESS)
+        sub.set_defaults(func=None, local_run=fence.run)
 
 
 def main(argv=None, stdout=None, stderr=None):

@@ -514,15 +514,38 @@ class RBDTestCase(base.CinderServicesTestCase):
 
     # -- helpers ----------------------------------------------------------
 
-    def attach(self, volume_id, host, complete=True):
-        att = self.api.api_post('/attachments', {'attachment': {
-            'volume_uuid': volume_id,
-            'connector': connector_for(host)}})['attachment']
-        if complete:
-            self.api.api_post('/attachments/%s/action' % att['id'],
-                              {'os-complete': {}},
-                              check_response_status=[204])
-        return att, att['connection_info']
+    def write_cinder_conf(self):
+        """cinder.conf of this test's volume service, for local commands."""
+        path = os.path.join(self.workdir, 'cinder.conf')
+        c = self.cluster
+        with open(path, 'w') as f:
+            f.write('[DEFAULT]\nstate_path = %s\nlock_path = %s\n'
+                    '[oslo_concurrency]\nlock_path = %s\n'
+                    '[database]\nconnection = %s\n'
+                    '[coordination]\nbackend_url = %s\n'
+                    '[backend_defaults]\nvolume_driver = %s\n'
+                    'rbd_ceph_conf = %s\nrbd_user = %s\nrbd_pool = %s\n'
+                    'forcedetach_rbd_keyring = %s\n'
+                    'forcedetach_rbd_timeout = 5\n' % (
+                        self.workdir, self.workdir, self.workdir,
+                        CONF.database.connection,
+                        CONF.coordination.backend_url, DRIVER, c.conf,
+                        c.user, c.pool, c.keyring))
+        return path
+
+    def local_cli(self, *args):
+        """``cinder-forcedetach`` as an operator runs it on this host."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('CEPH_')}
+        env['PYTHONPATH'] = REPO
+        return subprocess.run(
+            [sys.executable, '-m', 'cinder_forcedetach.cmd.manage',
+             '--format', 'json'] + list(args) +
+            ['--config-file', self.write_cinder_conf()],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+    def host_connector(self, host):
+        return connector_for(host)
 
     def writer(self, info, host, **kwargs):
         w = Writer(self.cluster, info, host, **kwargs)
@@ -708,6 +731,67 @@ class FenceTestCase(RBDTestCase):
                               if s > writer.errs()[0][0]])
         self.assertEqual([], self.driver.lift_fence(volume))
 
+    def cli_json(self, *args):
+        res = self.local_cli(*args)
+        self.assertEqual(0, res.returncode, res.stderr)
+        self.assertNotIn(self.cluster.cinder_key, res.stdout + res.stderr)
+        return json.loads(res.stdout)
+
+    def test_fence_cli_list_and_lift(self):
+        """The operator's ``fence list|lift`` on the recorded fences."""
+        vol_id, att, info, writer = self.attached_volume()
+        other_id, _a, _i, other = self.attached_volume('compute2')
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        self.driver.force_detach(self.ctxt, self.db_volume(other_id))
+        writer.wait_fenced()
+        other.wait_fenced()
+
+        fences = self.cli_json('fence', 'list', '--volume', vol_id)
+        self.assertEqual([(writer.addr, vol_id, True)],
+                         [(f['addr'], f['volume_id'], f['active'])
+                          for f in fences])
+        listed = {f['addr'] for f in self.cli_json('fence', 'list')}
+        self.assertLessEqual({writer.addr, other.addr}, listed)
+
+        lifted = self.cli_json('fence', 'lift', '--volume', vol_id)
+        self.assertEqual({'lifted': [writer.addr]}, lifted)
+        self.assertNotIn(writer.addr, self.cluster.blocklist())
+        self.assertEqual([], self.cli_json('fence', 'list', '--volume',
+                                           vol_id))
+        # The other volume's fence is untouched; lifting again is a success.
+        self.assertIn(other.addr, self.cluster.blocklist())
+        self.assertEqual({'lifted': []},
+                         self.cli_json('fence', 'lift', '--volume', vol_id))
+        self.assertEqual({'lifted': [other.addr]},
+                         self.cli_json('fence', 'lift', '--address',
+                                       other.addr))
+        self.assertNotIn(other.addr, self.cluster.blocklist())
+
+    def test_fence_cli_errors(self):
+        vol_id, att, info, writer = self.attached_volume()
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        writer.wait_fenced()
+        res = self.local_cli('fence', 'lift', '--volume', str(uuid.uuid4()))
+        self.assertEqual(2, res.returncode, res.stderr)
+        self.assertIn('not found', res.stderr)
+        res = self.local_cli('fence', 'list', '--backend', 'nosuch')
+        self.assertEqual(2, res.returncode, res.stderr)
+        self.assertIn('backend nosuch is not enabled', res.stderr)
+
+        mon = self.cluster.mon_pid()
+        os.kill(mon, signal.SIGSTOP)
+        try:
+            res = self.local_cli('fence', 'lift', '--volume', vol_id)
+        finally:
+            os.kill(mon, signal.SIGCONT)
+        self.assertEqual(4, res.returncode, res.stderr)
+        self.assertNotIn(self.cluster.cinder_key, res.stdout + res.stderr)
+        # Nothing was lifted: the fence and its record are still there.
+        self.assertIn(writer.addr, self.cluster.blocklist())
+        self.assertEqual([writer.addr], [
+            f['addr'] for f in self.cli_json('fence', 'list', '--volume',
+                                             vol_id)])
+
     # -- crashes --------------------------------------------------------------
 
     def _crash_in_child(self, volume_id, patch):
@@ -838,33 +922,8 @@ class FenceTestCase(RBDTestCase):
 
 class RefreshTestCase(RBDTestCase):
 
-    def write_cinder_conf(self):
-        path = os.path.join(self.workdir, 'cinder.conf')
-        c = self.cluster
-        with open(path, 'w') as f:
-            f.write('[DEFAULT]\nstate_path = %s\nlock_path = %s\n'
-                    '[oslo_concurrency]\nlock_path = %s\n'
-                    '[database]\nconnection = %s\n'
-                    '[coordination]\nbackend_url = %s\n'
-                    '[backend_defaults]\nvolume_driver = %s\n'
-                    'rbd_ceph_conf = %s\nrbd_user = %s\nrbd_pool = %s\n'
-                    'forcedetach_rbd_keyring = %s\n'
-                    'forcedetach_rbd_timeout = 5\n' % (
-                        self.workdir, self.workdir, self.workdir,
-                        CONF.database.connection,
-                        CONF.coordination.backend_url, DRIVER, c.conf,
-                        c.user, c.pool, c.keyring))
-        return path
-
-    def refresh_cli(self, attachment_id, *extra):
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith('CEPH_')}
-        env['PYTHONPATH'] = REPO
-        return subprocess.run(
-            [sys.executable, '-m', 'cinder_forcedetach.cmd.refresh',
-             '--config-file', self.write_cinder_conf(), '--format', 'json',
-             attachment_id] + list(extra),
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    def refresh_cli(self, attachment_id):
+        return self.local_cli('attachment', 'refresh', attachment_id)
 
     def stored_info(self, attachment_id):
         return objects.VolumeAttachment.get_by_id(

@@ -10,6 +10,7 @@ import ddt
 import fixtures
 import testtools
 
+from cinder_forcedetach.cmd import local
 from cinder_forcedetach.cmd import refresh
 from cinder_forcedetach.drivers import rbd as rbd_driver
 
@@ -132,7 +133,7 @@ class RefreshOutputTestCase(testtools.TestCase):
                 'keyring': 'AQ==', 'secret_uuid': 'uuid', 'key': 'k',
                 'nested': [{'discovery_auth_password': 'p'}],
                 'hosts': ['127.0.0.2'], 'secret_type': 'ceph'}
-        masked = refresh.mask_secrets(info)
+        masked = local.mask_secrets(info)
         self.assertEqual('***', masked['auth_password'])
         self.assertEqual('***', masked['keyring'])
         self.assertEqual('***', masked['key'])
@@ -140,17 +141,17 @@ class RefreshOutputTestCase(testtools.TestCase):
         for keep in ('auth_username', 'secret_uuid', 'hosts', 'secret_type'):
             self.assertEqual(info[keep], masked[keep])
         out = io.StringIO()
-        refresh.emit({'connection_info': masked}, 'table', out)
+        local.emit({'connection_info': masked}, 'table', out)
         self.assertNotIn('chap', out.getvalue())
         self.assertIn('connection_info.hosts', out.getvalue())
         out = io.StringIO()
-        refresh.emit({'connection_info': masked}, 'json', out)
+        local.emit({'connection_info': masked}, 'json', out)
         self.assertEqual(masked, json.loads(out.getvalue())[
             'connection_info'])
 
     def test_usage_error(self):
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', io.StringIO()))
-        self.assertEqual(refresh.EXIT_USAGE, refresh.main_refresh([]))
+        self.assertEqual(local.EXIT_USAGE, refresh.main_refresh([]))
         self.assertIn('ATTACHMENT_ID', sys.stderr.getvalue())
 
     def test_options_listed(self):
