@@ -12,6 +12,9 @@ recycled pid is never signalled):
   directories under the state directory, a ``cinder`` user with a random
   password kept in ``STATE/secrets.json`` mode 0600, loopback only);
 * ``tgtd -f -C CONTROL --iscsi portal=127.0.0.1:PORT``;
+* with an RBD backend, a single-node Ceph (``tools/ceph-dev.sh``, cluster
+  directory ``STATE/ceph``, monitor on the stack's address; its own pid
+  records; ``down`` stops it after the Cinder services);
 * ``cinder-manage db sync``, then ``cinder-scheduler``, ``cinder-volume``
   and ``cinder-api`` from the venv with a generated ``STATE/cinder.conf``
   (noauth, SQLite, the local rabbit, file-based tooz coordination, one
@@ -36,8 +39,10 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
 ``STACK_EPMD_PORT``        Erlang port mapper port [34369]
 ``STACK_ISCSI_PORT``       tgtd iSCSI portal port [13260]
 ``STACK_TGT_CONTROL_PORT`` tgtd control port (``tgtadm -C``) [7260]
-``STACK_BACKENDS``         comma list of ``NAME[=DRIVER_CLASS]``; the
-                           default driver is our tgt iSCSI driver [tgt]
+``STACK_BACKENDS``         comma list of ``NAME[=DRIVER]``; DRIVER is a
+                           class or ``tgt``/``rbd``; a name alone is
+                           ``rbd`` for ``rbd``, else ``tgt`` [tgt]
+``STACK_CEPH_MON_PORT``    Ceph monitor msgr v1 port; v2 uses -1 [26790]
 ``STACK_EXTRA_CONF``       file appended to cinder.conf (more backend
                            options, e.g. for an RBD backend)
 ``STACK_PROJECT_ID``       noauth project id, hex [random, kept]
@@ -67,6 +72,12 @@ import uuid
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 TGT_DRIVER = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
+RBD_DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
+DRIVER_ALIASES = {'tgt': TGT_DRIVER, 'iscsi': TGT_DRIVER, 'rbd': RBD_DRIVER}
+CEPH_DEV = os.path.join(REPO_ROOT, 'tools', 'ceph-dev.sh')
+INSTALL_CEPH = os.path.join(REPO_ROOT, 'tools', 'install-ceph.sh')
+# client.cinder may also lift the fences force-detach adds.
+CEPH_CINDER_MON_CAPS = 'profile rbd, allow command "osd blocklist"'
 TGTD_SOCKET_DIR = '/var/run/tgtd'
 RABBITMQ_SERVER = '/usr/lib/rabbitmq/bin/rabbitmq-server'
 ORDER = ('epmd', 'rabbitmq', 'tgtd', 'cinder-scheduler', 'cinder-volume',
@@ -271,6 +282,9 @@ class Settings(object):
         self.tgt_control_port = getattr(
             args, 'tgt_control_port', None) or _int_env(
             'STACK_TGT_CONTROL_PORT', 7260)
+        self.ceph_mon_port = getattr(
+            args, 'ceph_mon_port', None) or _int_env(
+            'STACK_CEPH_MON_PORT', 26790)
         self.backends = parse_backends(getattr(args, 'backends', None) or
                                        env('STACK_BACKENDS', 'tgt'))
         self.extra_conf = getattr(args, 'extra_conf', None) or env(
@@ -292,14 +306,15 @@ class Settings(object):
 
 
 def parse_backends(text):
-    """``a,b=pkg.Driver`` -> [(name, driver class)]."""
+    """``a,b=rbd,c=pkg.Driver`` -> [(name, driver class)]."""
     backends = []
     for item in [i.strip() for i in text.split(',') if i.strip()]:
         name, _sep, driver = item.partition('=')
-        name = name.strip()
+        name, driver = name.strip(), driver.strip()
         if not re.match(r'^[A-Za-z0-9_-]+$', name):
             raise StackError('bad backend name %r' % name)
-        backends.append((name, driver.strip() or TGT_DRIVER))
+        driver = driver or ('rbd' if name == 'rbd' else 'tgt')
+        backends.append((name, DRIVER_ALIASES.get(driver, driver)))
     if not backends:
         raise StackError('STACK_BACKENDS names no backend')
     if len({n for n, _d in backends}) != len(backends):
@@ -320,6 +335,8 @@ class Stack(object):
         self.info_path = os.path.join(self.dir, 'stack.json')
         self.secrets_path = os.path.join(self.dir, 'secrets.json')
         self.started = []
+        self.ceph_started = False
+        self.ceph_dir = os.path.join(self.dir, 'ceph')
         self.info = {}
         if os.path.exists(self.info_path):
             with open(self.info_path) as f:
@@ -343,6 +360,7 @@ class Stack(object):
                 'rabbit_port': s.rabbit_port, 'epmd_port': s.epmd_port,
                 'iscsi_port': s.iscsi_port,
                 'tgt_control_port': s.tgt_control_port,
+                'ceph_mon_port': s.ceph_mon_port,
                 'backends': s.backends, 'venv': s.venv,
                 'project_id': (s.project_id or self.info.get('project_id') or
                                uuid.uuid4().hex)}
@@ -370,6 +388,8 @@ class Stack(object):
             self._start_epmd(procs['epmd'])
             self._start_rabbitmq(procs['rabbitmq'])
             self._start_tgtd(procs['tgtd'])
+            if self.uses_ceph():
+                self._start_ceph()
             self._write_cinder_conf()
             self._db_sync()
             for name in ('cinder-scheduler', 'cinder-volume', 'cinder-api'):
@@ -383,6 +403,8 @@ class Stack(object):
                     p.name for p in self.started))
                 for proc in reversed(self.started):
                     self._stop_one(proc)
+            if self.ceph_started:
+                self._stop_ceph()
             return 1
         self.print_ready()
         return 0
@@ -526,6 +548,59 @@ class Stack(object):
                         check=False).returncode == 0,
                  30, 'tgtd', proc)
 
+    # -- Ceph (RBD backends) -------------------------------------------------
+
+    def uses_ceph(self, info=None):
+        return any(d == RBD_DRIVER
+                   for _n, d in (info or self.info)['backends'])
+
+    def _ceph_env(self):
+        info = self.info
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('CEPH_')}
+        host = info.get('host', self.s.host)
+        port = info.get('ceph_mon_port', self.s.ceph_mon_port)
+        env.update(CEPH_DEV_DIR=self.ceph_dir,
+                   CEPH_DEV_MON_ADDR=host,
+                   CEPH_DEV_DAEMON_ADDR=host,
+                   CEPH_DEV_MON_PORT=str(port),
+                   CEPH_DEV_MON_PORT_V2=str(port - 1),
+                   CEPH_DEV_CINDER_MON_CAPS=CEPH_CINDER_MON_CAPS)
+        return env
+
+    def ceph(self, *args, check=True, timeout=300):
+        """Run tools/ceph-dev.sh on the stack's cluster."""
+        res = subprocess.run([CEPH_DEV] + list(args), env=self._ceph_env(),
+                             capture_output=True, text=True,
+                             timeout=timeout)
+        if check and res.returncode:
+            raise StackError('tools/ceph-dev.sh %s failed (%d): %s' % (
+                ' '.join(args), res.returncode, res.stderr.strip()[-2000:]))
+        return res
+
+    def _start_ceph(self):
+        if os.environ.get('STACK_SKIP_INSTALL', '') != '1':
+            res = subprocess.run([INSTALL_CEPH, self.info['venv']],
+                                 capture_output=True, text=True)
+            if res.returncode:
+                raise StackError('tools/install-ceph.sh failed (%d): %s' % (
+                    res.returncode, res.stderr.strip()[-2000:]))
+        was_ready = self.ceph('status', check=False).returncode == 0
+        self.ceph('up')
+        self.ceph_started = not was_ready
+        log('ceph up (cluster %s)' % self.ceph_dir)
+
+    def ceph_settings(self):
+        """CEPH_* paths of the cluster (``ceph-dev.sh env``; no keys)."""
+        out = self.ceph('env').stdout
+        return dict(re.findall(r"^export (CEPH_\w+)=(.*)$", out,
+                               re.MULTILINE))
+
+    def _stop_ceph(self):
+        if os.path.exists(self.ceph_dir):
+            self.ceph('down', check=False)
+            log('stopped ceph (cluster %s)' % self.ceph_dir)
+
     def _write_cinder_conf(self):
         info, c = self.info, self.cinder_dir
         venv = info['venv']
@@ -577,6 +652,14 @@ class Stack(object):
                     'target_ip_address': info['host'],
                     'target_port': str(info['iscsi_port']),
                     'target_protocol': 'iscsi',
+                })
+            elif driver == RBD_DRIVER:
+                ceph = self.ceph_settings()
+                section.update({
+                    'rbd_ceph_conf': ceph['CEPH_CONF'],
+                    'rbd_user': ceph['CEPH_USER'],
+                    'rbd_pool': ceph['CEPH_POOL'],
+                    'forcedetach_rbd_keyring': ceph['CEPH_KEYRING'],
                 })
             conf[name] = section
         for d in ('locks',):
@@ -749,6 +832,9 @@ class Stack(object):
             'Or: eval "$(tools/stack.sh env)" and use cinder / '
             'cinder-forcedetach directly.',
         ]
+        if self.uses_ceph():
+            lines.insert(4, '  ceph       monitor %s:%d, cluster %s' % (
+                info['host'], info.get('ceph_mon_port'), self.ceph_dir))
         sys.stdout.write('\n'.join(lines) + '\n')
         sys.stdout.flush()
 
@@ -800,6 +886,7 @@ class Stack(object):
                 was = proc.pid
                 self._stop_one(proc)
                 log('stopped %s (pid %s)' % (name, was))
+        self._stop_ceph()
         if purge:
             shutil.rmtree(self.dir, ignore_errors=True)
             log('removed %s' % self.dir)
@@ -858,6 +945,14 @@ class Stack(object):
             rows.append('%-17s %-8s %-8s %s' % (
                 name, 'running' if alive else 'stopped',
                 proc.pid if alive else '-', detail))
+        if self.uses_ceph(info):
+            ready = (os.path.exists(self.ceph_dir) and
+                     self.ceph('status', check=False).returncode == 0)
+            ok = ok and ready
+            rows.append('%-17s %-8s %-8s %s' % (
+                'ceph', 'running' if ready else 'stopped', '-',
+                'monitor %s:%s, %s' % (info['host'], info.get('ceph_mon_port'),
+                                       'ready' if ready else 'NOT ready')))
         sys.stdout.write('\n'.join(rows) + '\n')
         return 0 if ok else EXIT_DOWN
 
@@ -914,9 +1009,10 @@ def build_parser():
     up.add_argument('--venv')
     up.add_argument('--host')
     for opt in ('api-port', 'rabbit-port', 'epmd-port', 'iscsi-port',
-                'tgt-control-port', 'timeout'):
+                'tgt-control-port', 'ceph-mon-port', 'timeout'):
         up.add_argument('--' + opt, type=int)
-    up.add_argument('--backends', help='NAME[=DRIVER_CLASS],...')
+    up.add_argument('--backends', help='NAME[=DRIVER],...; DRIVER: tgt, '
+                    'rbd or a class')
     up.add_argument('--extra-conf', help='file appended to cinder.conf')
     down = sub.add_parser('down', help='stop every process up started')
     down.add_argument('--purge', action='store_true',

@@ -6,6 +6,12 @@ python-cinderclient attaches it; a live qemu-io initiator logs in; the
 ``cinder-forcedetach`` CLI force-detaches it; ``down`` must leave none of
 the processes ``up`` started.  Skipped only when rabbitmq-server cannot be
 installed (the reason is printed).
+
+With Ceph's Python bindings in the venv (``tools/install-ceph.sh``, which
+README's test command runs) the same stack also has an ``rbd`` backend on
+its own single-node Ceph: a volume of that type attaches with the
+monitor's address and no key in its connection_info, force-detaches, and
+``down`` stops the Ceph daemons too.
 """
 
 import json
@@ -40,6 +46,22 @@ def _free_port_pair():
     raise RuntimeError('no free port pair')
 
 
+def _venv_has_ceph():
+    venv = os.environ.get('STACK_VENV') or os.path.join(REPO, '.venv')
+    return subprocess.run([os.path.join(venv, 'bin', 'python'), '-c',
+                           'import rados, rbd'],
+                          capture_output=True).returncode == 0
+
+
+def _running(pid):
+    """Whether *pid* runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
 def _free_control_port():
     for port in range(7300, 7400):
         if not os.path.exists('/var/run/tgtd/socket.%d' % port):
@@ -60,7 +82,14 @@ class StackSmokeTestCase(testtools.TestCase):
             'STACK_EPMD_PORT': str(fd_fixtures.free_tcp_port()),
             'STACK_ISCSI_PORT': str(fd_fixtures.free_tcp_port()),
             'STACK_TGT_CONTROL_PORT': str(_free_control_port()),
+            'STACK_CEPH_MON_PORT': str(_free_port_pair() + 1),
         })
+        self.with_ceph = _venv_has_ceph()
+        if self.with_ceph:
+            self.env['STACK_BACKENDS'] = 'tgt,rbd'
+        else:
+            sys.stderr.write('test_stack: no rados/rbd in the venv: the '
+                             'stack runs without its rbd backend\n')
         for var in ('CINDER_ENDPOINT', 'CINDERCLIENT_BYPASS_URL',
                     'OS_AUTH_TYPE', 'OS_PROJECT_ID', 'OS_AUTH_URL',
                     'OS_USER_ID', 'OS_VOLUME_API_VERSION'):
@@ -166,6 +195,10 @@ class StackSmokeTestCase(testtools.TestCase):
         self.assertNotEqual(True, session.write(0xee, timeout=3))
         self.assertIn('0 target(s)', self.stack('status').stdout)
 
+        ceph_pids = []
+        if self.with_ceph:
+            ceph_pids = self._rbd_round_trip(cinder, client_env, manage)
+
         # down stops every process up started, and nothing else.
         down = self.stack('down')
         self.assertEqual(0, down.returncode, down.stderr)
@@ -178,7 +211,63 @@ class StackSmokeTestCase(testtools.TestCase):
             time.sleep(0.2)
         self.assertEqual([], left)
         self.assertEqual([], os.listdir(os.path.join(self.state, 'run')))
+        self.assertEqual([], [p for p in ceph_pids if _running(p)])
         self.assertEqual(3, self.stack('status').returncode)
+
+    def ceph_daemon_pids(self):
+        run = os.path.join(self.state, 'ceph', 'run')
+        pids = []
+        for name in sorted(os.listdir(run)):
+            if name.endswith('.pid'):
+                with open(os.path.join(run, name)) as f:
+                    pids.append(int(f.read().strip()))
+        return pids
+
+    def _rbd_round_trip(self, cinder, env, manage):
+        """A volume of the rbd type: attach, force-detach; Ceph's pids."""
+        pids = self.ceph_daemon_pids()
+        self.assertEqual(3, len(pids))
+        status = self.stack('status')
+        self.assertRegex(status.stdout, r'(?m)^ceph\s+running.*ready$')
+        created = subprocess.run(
+            [cinder, 'create', '--volume-type', 'rbd', '1'], env=env,
+            capture_output=True, text=True, timeout=120)
+        self.assertEqual(0, created.returncode, created.stderr)
+        volume_id = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|',
+                              created.stdout, re.MULTILINE).group(1)
+        self._wait_status(cinder, env, volume_id, 'available')
+        attach = subprocess.run(
+            [cinder, 'attachment-create', '--connect', 'True',
+             '--initiator', INITIATOR, '--ip', '127.0.0.1', '--host', HOST,
+             '--platform', 'x86_64', '--ostype', 'linux', volume_id],
+            env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(0, attach.returncode, attach.stderr)
+        attachment_id = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|',
+                                  attach.stdout, re.MULTILINE).group(1)
+        shown = self.shell('%s --format json attachment show %s '
+                           '--show-secrets' % (manage, attachment_id))
+        self.assertEqual(0, shown.returncode, shown.stderr)
+        info = json.loads(shown.stdout)['connection_info']
+        self.assertEqual('rbd', info['driver_volume_type'])
+        self.assertEqual((['127.0.0.1'], [self.env['STACK_CEPH_MON_PORT']]),
+                         (info['hosts'], info['ports']))
+        self.assertEqual('volumes/volume-%s' % volume_id, info['name'])
+        # No Ceph key anywhere: not in connection_info, not in cinder.conf.
+        keyring = os.path.join(self.state, 'ceph',
+                               'ceph.client.cinder.keyring')
+        with open(keyring) as f:
+            key = re.search(r'key\s*=\s*(\S+)', f.read()).group(1)
+        with open(os.path.join(self.state, 'cinder.conf')) as f:
+            conf = f.read()
+        self.assertIn('forcedetach_rbd_keyring = %s' % keyring, conf)
+        for text in (shown.stdout, conf, attach.stdout):
+            self.assertNotIn(key, text)
+
+        detached = self.shell('%s volume force-detach %s' % (manage,
+                                                             volume_id))
+        self.assertEqual(0, detached.returncode, detached.stderr)
+        self.assertRegex(detached.stdout, r'\|\s+status\s+\|\s+available')
+        return pids
 
     def _wait_status(self, cinder, env, volume_id, status, timeout=60):
         deadline = time.monotonic() + timeout
