@@ -82,19 +82,19 @@ def _driver(ctxt, args):
         try:
             volume = objects.Volume.get_by_id(ctxt, args.volume)
         except exception.VolumeNotFound:
-            raise local.LocalError(local.EXIT_NOT_FOUND,
-                                   'volume %s not found' % args.volume)
+            raise local.CliError(local.EXIT_NOT_FOUND,
+                                 'volume %s not found' % args.volume)
     if volume is not None and volume.host:
         group, backend_host = local.backend_of(volume)
         if args.backend and args.backend != group:
-            raise local.LocalError(
+            raise local.CliError(
                 local.EXIT_USAGE, 'volume %s is on backend %s, not %s' % (
                     volume.id, group, args.backend))
     else:
         group, backend_host = local.named_backend(args.backend)
     driver = local.build_driver(ctxt, group, backend_host)
     if not hasattr(driver, 'list_fences'):
-        raise local.LocalError(
+        raise local.CliError(
             local.EXIT_USAGE, 'the driver of backend %s (%s) does not fence '
             'clients' % (group, type(driver).__name__))
     return driver, volume

@@ -1,33 +1,38 @@
-"""What the commands that run on a volume host share.
+"""What the cinder-forcedetach commands share.
 
-``attachment refresh`` and ``fence list|lift`` do not go through Cinder's
-API: like ``cinder-manage`` they read cinder.conf, open Cinder's database
-and build the volume driver of a backend.  This module loads the
-configuration, builds that driver, masks secrets and prints results.
+Every command: exit codes, :class:`CliError`, secret masking.  The
+commands that run on a volume host (``attachment refresh``, ``fence
+list|lift``) do not go through Cinder's API: like ``cinder-manage`` they
+read cinder.conf, open Cinder's database and build the volume driver of a
+backend; this module loads the configuration, builds that driver and
+prints results.
 """
 
 import json
 import logging as std_logging
 import re
 
+# Exit codes of every cinder-forcedetach command.
 EXIT_OK = 0
 EXIT_USAGE = 1
 EXIT_NOT_FOUND = 2
+EXIT_CONFLICT = 3
 EXIT_BACKEND = 4
+EXIT_UNREACHABLE = 5
 
 DEFAULT_CONFIG = '/etc/cinder/cinder.conf'
 MASK = '***'
 # Values that are secrets: CHAP passwords, keys, keyrings, tokens.  Not
 # secret_uuid/secret_type, which only name a libvirt secret.
 SECRET_RE = re.compile(r'(pass(word|wd)?|token|credential|keyring|^key$|'
-                       r'_key$|^secret$)', re.IGNORECASE)
+                       r'_key$|^secret$|_secret$)', re.IGNORECASE)
 
 
-class LocalError(Exception):
-    """A failure to report with an exit code."""
+class CliError(Exception):
+    """An error with the exit code the command ends with."""
 
     def __init__(self, code, message):
-        super(LocalError, self).__init__(message)
+        super(CliError, self).__init__(message)
         self.code = code
         self.message = message
 
@@ -124,8 +129,8 @@ def load_config(args):
              default_config_dirs=[args.config_dir] if args.config_dir
              else [])
     except cfg.Error as err:
-        raise LocalError(EXIT_USAGE,
-                         'cannot load the configuration: %s' % err)
+        raise CliError(EXIT_USAGE,
+                       'cannot load the configuration: %s' % err)
     conf.set_override('use_stderr', True)
     conf.set_override('log_file', None)
     conf.set_override('log_dir', None)
@@ -162,14 +167,14 @@ def named_backend(name=None):
     enabled = [b.strip() for b in (conf.enabled_backends or []) if b.strip()]
     if name is None:
         if len(enabled) > 1:
-            raise LocalError(EXIT_USAGE, 'cinder.conf enables several '
-                             'backends (%s): name one with --backend' %
-                             ', '.join(enabled))
+            raise CliError(EXIT_USAGE, 'cinder.conf enables several '
+                           'backends (%s): name one with --backend' %
+                           ', '.join(enabled))
         name = enabled[0] if enabled else None
     elif name not in enabled:
-        raise LocalError(EXIT_NOT_FOUND, 'backend %s is not enabled in '
-                         'cinder.conf (enabled_backends: %s)' % (
-                             name, ', '.join(enabled) or 'none'))
+        raise CliError(EXIT_NOT_FOUND, 'backend %s is not enabled in '
+                       'cinder.conf (enabled_backends: %s)' % (
+                           name, ', '.join(enabled) or 'none'))
     if name is None:
         return configuration.SHARED_CONF_GROUP, conf.host
     return name, '%s@%s' % (conf.host, name)
@@ -196,7 +201,7 @@ def build_driver(ctxt, group, backend_host, cluster_name=None):
 def run(body, args, stdout, stderr):
     """Load the configuration, run *body(args, stdout)*, map errors.
 
-    *body* returns the exit code or raises :class:`LocalError`; Cinder's
+    *body* returns the exit code or raises :class:`CliError`; Cinder's
     ``NotFound`` maps to 2, its invalid-input errors to 1, anything else
     to 4 (a backend error).
     """
@@ -206,7 +211,7 @@ def run(body, args, stdout, stderr):
 
     try:
         load_config(args)
-    except LocalError as err:
+    except CliError as err:
         return fail(err.code, err.message)
 
     from cinder import coordination
@@ -215,7 +220,7 @@ def run(body, args, stdout, stderr):
     coordination.COORDINATOR.start()
     try:
         return body(args, stdout)
-    except LocalError as err:
+    except CliError as err:
         return fail(err.code, err.message)
     except (exception.InvalidInput, exception.InvalidVolume,
             exception.InvalidConnectorException) as err:

@@ -77,32 +77,23 @@ from keystoneauth1 import plugin as ks_plugin
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
 
-EXIT_OK = 0
-EXIT_USAGE = 1
-EXIT_NOT_FOUND = 2
-EXIT_CONFLICT = 3
-EXIT_BACKEND = 4
-EXIT_UNREACHABLE = 5
+from cinder_forcedetach.cmd import local
+
+EXIT_OK = local.EXIT_OK
+EXIT_USAGE = local.EXIT_USAGE
+EXIT_NOT_FOUND = local.EXIT_NOT_FOUND
+EXIT_CONFLICT = local.EXIT_CONFLICT
+EXIT_BACKEND = local.EXIT_BACKEND
+EXIT_UNREACHABLE = local.EXIT_UNREACHABLE
+CliError = local.CliError
+mask_secrets = local.mask_secrets
 
 DEFAULT_API_VERSION = '3.27'  # the attachments API
-MASK = '***'
-# Keys whose values are secrets wherever they appear in connection_info.
-SECRET_KEY_RE = re.compile(r'(password|secret|passwd|token|key(ring)?$|'
-                           r'^auth_key|credential)', re.IGNORECASE)
 UUID_RE = re.compile(r'^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?'
                      r'[0-9a-f]{12}$', re.IGNORECASE)
 # Cinder answers 400 for a volume in the wrong state (InvalidVolume).
 WRONG_STATE_RE = re.compile(r'InvalidVolume|status must be|invalid state|'
                             r'current status is', re.IGNORECASE)
-
-
-class CliError(Exception):
-    """An error with the exit code the command ends with."""
-
-    def __init__(self, code, message):
-        super(CliError, self).__init__(message)
-        self.code = code
-        self.message = message
 
 
 # -- commands registry --------------------------------------------------------
@@ -343,18 +334,6 @@ def error_message(resp):
 
 
 # -- secrets and output ------------------------------------------------------
-
-
-def mask_secrets(value):
-    """A copy of *value* with secret-looking keys' values as ``***``."""
-    if isinstance(value, dict):
-        return {k: (MASK if (isinstance(k, str) and SECRET_KEY_RE.search(k)
-                             and v not in (None, ''))
-                    else mask_secrets(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [mask_secrets(v) for v in value]
-    return value
 
 
 def flatten(value, prefix=''):

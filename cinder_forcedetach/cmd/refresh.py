@@ -61,7 +61,7 @@ def _refresh(args, stdout):
     driver = local.build_driver(ctxt, group, backend_host,
                                 volume.cluster_name)
     if not hasattr(driver, 'refresh_connection_info'):
-        raise local.LocalError(
+        raise local.CliError(
             local.EXIT_USAGE, 'the driver of volume %s (%s) cannot refresh '
             'connection_info' % (volume.id, type(driver).__name__))
     info = driver.refresh_connection_info(ctxt, attachment)

@@ -165,19 +165,9 @@ class StackSmokeTestCase(testtools.TestCase):
         self._wait_status(cinder, client_env, volume_id, 'available')
 
         # Attach it like Nova (python-cinderclient), and log in for real.
-        attach = subprocess.run(
-            [cinder, 'attachment-create', '--connect', 'True',
-             '--initiator', INITIATOR, '--ip', '127.0.0.1', '--host', HOST,
-             '--platform', 'x86_64', '--ostype', 'linux', volume_id],
-            env=client_env, capture_output=True, text=True, timeout=120)
-        self.assertEqual(0, attach.returncode, attach.stderr)
-        attachment_id = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|',
-                                  attach.stdout, re.MULTILINE).group(1)
         manage = force.split(' volume force-detach')[0]
-        shown = self.shell('%s --format json attachment show %s '
-                           '--show-secrets' % (manage, attachment_id))
-        self.assertEqual(0, shown.returncode, shown.stderr)
-        data = json.loads(shown.stdout)['connection_info']
+        attachment_id, data, _out = self.attach(cinder, client_env, manage,
+                                                volume_id)
         masked = self.shell('%s attachment show %s' % (manage,
                                                        attachment_id))
         self.assertNotIn(data['auth_password'], masked.stdout)
@@ -214,6 +204,26 @@ class StackSmokeTestCase(testtools.TestCase):
         self.assertEqual([], [p for p in ceph_pids if _running(p)])
         self.assertEqual(3, self.stack('status').returncode)
 
+    def attach(self, cinder, env, manage, volume_id):
+        """Attach as Nova does; (attachment id, connection_info, output).
+
+        The connection_info is read back unmasked with ``attachment show
+        --show-secrets``; the output is everything both commands printed.
+        """
+        attach = subprocess.run(
+            [cinder, 'attachment-create', '--connect', 'True',
+             '--initiator', INITIATOR, '--ip', '127.0.0.1', '--host', HOST,
+             '--platform', 'x86_64', '--ostype', 'linux', volume_id],
+            env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(0, attach.returncode, attach.stderr)
+        attachment_id = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|',
+                                  attach.stdout, re.MULTILINE).group(1)
+        shown = self.shell('%s --format json attachment show %s '
+                           '--show-secrets' % (manage, attachment_id))
+        self.assertEqual(0, shown.returncode, shown.stderr)
+        return (attachment_id, json.loads(shown.stdout)['connection_info'],
+                attach.stdout + shown.stdout)
+
     def ceph_daemon_pids(self):
         run = os.path.join(self.state, 'ceph', 'run')
         pids = []
@@ -236,18 +246,7 @@ class StackSmokeTestCase(testtools.TestCase):
         volume_id = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|',
                               created.stdout, re.MULTILINE).group(1)
         self._wait_status(cinder, env, volume_id, 'available')
-        attach = subprocess.run(
-            [cinder, 'attachment-create', '--connect', 'True',
-             '--initiator', INITIATOR, '--ip', '127.0.0.1', '--host', HOST,
-             '--platform', 'x86_64', '--ostype', 'linux', volume_id],
-            env=env, capture_output=True, text=True, timeout=120)
-        self.assertEqual(0, attach.returncode, attach.stderr)
-        attachment_id = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|',
-                                  attach.stdout, re.MULTILINE).group(1)
-        shown = self.shell('%s --format json attachment show %s '
-                           '--show-secrets' % (manage, attachment_id))
-        self.assertEqual(0, shown.returncode, shown.stderr)
-        info = json.loads(shown.stdout)['connection_info']
+        _att, info, printed = self.attach(cinder, env, manage, volume_id)
         self.assertEqual('rbd', info['driver_volume_type'])
         self.assertEqual((['127.0.0.1'], [self.env['STACK_CEPH_MON_PORT']]),
                          (info['hosts'], info['ports']))
@@ -260,7 +259,7 @@ class StackSmokeTestCase(testtools.TestCase):
         with open(os.path.join(self.state, 'cinder.conf')) as f:
             conf = f.read()
         self.assertIn('forcedetach_rbd_keyring = %s' % keyring, conf)
-        for text in (shown.stdout, conf, attach.stdout):
+        for text in (printed, conf):
             self.assertNotIn(key, text)
 
         detached = self.shell('%s volume force-detach %s' % (manage,
