@@ -162,8 +162,8 @@ def wait_for(predicate, timeout, what, proc=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and not proc.alive():
-            raise StackError('%s exited while starting; see %s' % (
-                proc.name, proc.out_path))
+            raise StackError('%s exited while starting; see %s%s' % (
+                proc.name, proc.out_path, _tail(proc.out_path)))
         if predicate():
             return
         time.sleep(0.25)
@@ -967,6 +967,16 @@ class Stack(object):
 
 
 # -- helpers ------------------------------------------------------------------
+
+
+def _tail(path, lines=15):
+    """The last lines of a process's output, for an error message."""
+    try:
+        with open(path, errors='replace') as f:
+            last = f.read().splitlines()[-lines:]
+    except OSError:
+        return ''
+    return ''.join('\n  | ' + line for line in last)
 
 
 def _write(path, text):

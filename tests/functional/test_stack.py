@@ -16,9 +16,11 @@ monitor's address and no key in its connection_info, force-detaches, and
 
 import json
 import os
+import random
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,13 +39,28 @@ HOST = 'stack-compute1'
 INITIATOR = 'iqn.2026-11.org.cinder-forcedetach.test:' + HOST
 
 
-def _free_port_pair():
-    """A free port P with P+1 free too (AMQP + Erlang distribution)."""
-    for _ in range(50):
-        port = fd_fixtures.free_tcp_port()
-        if port < 65535 and not stack_mod.port_open('127.0.0.1', port + 1):
-            return port
-    raise RuntimeError('no free port pair')
+def _bindable(port):
+    with socket.socket() as s:
+        try:
+            s.bind(('127.0.0.1', port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(count):
+    """*count* free ports P with P+1 free too, below the ephemeral range.
+
+    Not from the kernel's ephemeral range, where other tests' outgoing
+    connections (Ceph clients, initiators) could take a port between its
+    choice here and the stack's daemon binding it.
+    """
+    ports = []
+    while len(ports) < count:
+        port = random.randrange(20000, 32000, 2)
+        if port not in ports and _bindable(port) and _bindable(port + 1):
+            ports.append(port)
+    return ports
 
 
 def _venv_has_ceph():
@@ -75,14 +92,15 @@ class StackSmokeTestCase(testtools.TestCase):
         super(StackSmokeTestCase, self).setUp()
         self.state = tempfile.mkdtemp(prefix='cfd-stack-')
         self.env = dict(os.environ)
+        api, rabbit, epmd, iscsi, ceph = _free_ports(5)
         self.env.update({
             'STACK_DIR': self.state,
-            'STACK_API_PORT': str(fd_fixtures.free_tcp_port()),
-            'STACK_RABBIT_PORT': str(_free_port_pair()),
-            'STACK_EPMD_PORT': str(fd_fixtures.free_tcp_port()),
-            'STACK_ISCSI_PORT': str(fd_fixtures.free_tcp_port()),
+            'STACK_API_PORT': str(api),
+            'STACK_RABBIT_PORT': str(rabbit),
+            'STACK_EPMD_PORT': str(epmd),
+            'STACK_ISCSI_PORT': str(iscsi),
             'STACK_TGT_CONTROL_PORT': str(_free_control_port()),
-            'STACK_CEPH_MON_PORT': str(_free_port_pair() + 1),
+            'STACK_CEPH_MON_PORT': str(ceph + 1),
         })
         self.with_ceph = _venv_has_ceph()
         if self.with_ceph:
