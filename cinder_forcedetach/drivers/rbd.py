@@ -10,10 +10,13 @@ clients the way Ceph intends it (``rbd lock break`` / ``osd blocklist``):
 
 1. find who holds the image: its watchers, the exclusive lock's owner and
    any advisory lockers, by client address (``IP:PORT/NONCE``);
-2. select the clients of the hosts being detached (the watcher address IP
-   against the connector's ``ip``/``host``), never this driver's own
-   connection and never a client whose IP belongs to an attachment that
-   stays (multiattach);
+2. select the clients to fence: never this driver's own connection;
+   with no attachment staying, every other client; otherwise (multiattach)
+   the clients at an IP of the hosts being detached, sparing those at an
+   IP of an attachment that stays (a connector's ``ip``, ``host`` and the
+   addresses its host name resolves to).  A client at an IP of both, or
+   of neither, fails the force-detach before anything is done: nothing
+   in Cinder says whose it is;
 3. record the fence (an omap entry of the ``cinder-forcedetach.fences``
    object in the volume pool) so operators can list and lift it;
 4. ``osd blocklist add ADDR EXPIRE`` each one (exactly that client
@@ -168,18 +171,21 @@ def _ip_literal(value):
 
 
 def connector_ips(connector, resolve=None):
-    """The IPs a host's connector names (``ip``, ``host`` if an address).
+    """The IPs of a host's connector: its clients may use any of them.
 
-    When neither is an IP literal, the host name is resolved with
-    *resolve* (default: the system resolver, /etc/hosts first).
+    Its ``ip``, its ``host`` if an IP literal, and otherwise every address
+    the ``host`` name resolves to with *resolve* (default: the system
+    resolver, /etc/hosts first): a multi-homed host's clients may reach
+    Ceph from an address other than the connector's ``ip``.
     """
     if not connector:
         return set()
     ips = {ip for ip in (_ip_literal(connector.get(k))
                          for k in ('ip', 'host') if connector.get(k))
            if ip}
-    if not ips and connector.get('host'):
-        ips = set((resolve or _resolve)(connector['host']))
+    host = connector.get('host')
+    if host and not _ip_literal(host):
+        ips.update((resolve or _resolve)(host))
     return ips
 
 
@@ -191,6 +197,21 @@ def _resolve(name):
     return [str(ipaddress.ip_address(i[4][0])) for i in infos]
 
 
+AMBIGUOUS = ('its IP is both a detached host\'s and one of an attachment '
+             'that stays')
+UNEXPLAINED = ('its IP is neither a detached host\'s nor one of an '
+               'attachment that stays')
+
+
+class UnexplainedClients(Exception):
+    """Holders no attachment explains: ``clients`` is ``[(addr, why)]``."""
+
+    def __init__(self, clients):
+        super(UnexplainedClients, self).__init__(
+            '; '.join('%s: %s' % c for c in clients))
+        self.clients = clients
+
+
 def select_fence_targets(holders, own_addrs, connectors, keep_connectors,
                          resolve=None):
     """Which client addresses to fence.
@@ -200,21 +221,28 @@ def select_fence_targets(holders, own_addrs, connectors, keep_connectors,
     :param own_addrs: this driver's own client address(es): never fenced.
     :param connectors: the hosts being detached; ``None`` in the list means
         every host.
-    :param keep_connectors: connectors of attachments that stay: a client
-        whose IP is one of theirs is never fenced.
+    :param keep_connectors: one entry per attachment that stays: its
+        connector, or None.  With none, every holder but ours is fenced,
+        whatever its IP.  Otherwise a holder at an IP of a kept connector
+        is spared, one at an IP of a detached host is fenced (a host that
+        keeps another attachment is not detached), and any other is
+        unexplained.
     :returns: ``(targets, spared)``: sorted addresses to fence, and
         ``[(addr, reason)]`` of holders left alone.
+    :raises UnexplainedClients: holders at an IP of both a detached and a
+        kept host, or of neither: fencing them or not could be wrong.
     """
     own = {normalize_addr(a) for a in own_addrs or ()}
-    everyone = any(c is None for c in connectors)
-    wanted = set()
-    for c in connectors:
-        if c is not None:
-            wanted |= connector_ips(c, resolve)
-    keep = set()
-    for c in keep_connectors or ():
+    keep_connectors = list(keep_connectors or ())
+    everyone = not keep_connectors or any(c is None for c in connectors)
+    keep, wanted = set(), set()
+    for c in keep_connectors:
         keep |= connector_ips(c, resolve)
-    targets, spared, seen = [], [], set()
+    for c in connectors:
+        if c is not None and not any(force_detach_flow.same_host(k, c)
+                                     for k in keep_connectors):
+            wanted |= connector_ips(c, resolve)
+    targets, spared, unexplained, seen = [], [], [], set()
     for raw in holders:
         addr = normalize_addr(raw)
         if not addr or addr in seen:
@@ -223,13 +251,33 @@ def select_fence_targets(holders, own_addrs, connectors, keep_connectors,
         ip = addr_ip(addr)
         if addr in own:
             spared.append((addr, 'this driver'))
+        elif ip in keep and ip in wanted:
+            unexplained.append((addr, AMBIGUOUS))
         elif ip in keep:
             spared.append((addr, 'an attachment that stays'))
         elif everyone or ip in wanted:
             targets.append(addr)
         else:
-            spared.append((addr, 'another host'))
+            unexplained.append((addr, UNEXPLAINED))
+    if unexplained:
+        raise UnexplainedClients(unexplained)
     return sorted(targets), spared
+
+
+def _unexplained(err, holders):
+    """The operator's error for :class:`UnexplainedClients`."""
+    kinds = {}
+    for kind, addr in holders:
+        kinds.setdefault(normalize_addr(addr), set()).add(kind)
+    clients = '; '.join(
+        _('client %(addr)s (%(kinds)s) holds the image and %(why)s') % {
+            'addr': addr, 'kinds': ', '.join(sorted(kinds.get(addr, ()))),
+            'why': why} for addr, why in err.clients)
+    return _('nothing was fenced: %s. To fence the clients of every host, '
+             'force-detach the volume without a connector; if the address '
+             'is one of a host that keeps its attachment, refresh that '
+             'attachment\'s connector (nova-manage volume_attachment '
+             'refresh) so that it names the address.') % clients
 
 
 def parse_mon_addrs(monmap):
@@ -695,14 +743,18 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
     def fence_clients(self, volume, connectors, keep_attachments):
         """Blocklist the clients of *connectors* that hold the image.
 
+        Clients no attachment explains fail it before anything is done
+        (see :func:`select_fence_targets`).
+
         :returns: the fenced client addresses.
-        :raises FenceFailed: a selected client still holds the image.
+        :raises FenceFailed: a client is unexplained, or a selected client
+            still holds the image.
         """
         connectors = list(connectors or [])
-        if not connectors:
+        keep = [getattr(a, 'connector', None)
+                for a in keep_attachments or []]
+        if not connectors and not keep:
             return []
-        keep = [a.connector for a in keep_attachments or []
-                if getattr(a, 'connector', None)]
         with self._cluster() as (client, ioctx):
             try:
                 image = rbd.Image(ioctx, volume.name)
@@ -713,8 +765,13 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
             with image:
                 own = [client.get_addrs()]
                 holders = self._holders(ioctx, image, volume.name)
-                targets, spared = select_fence_targets(
-                    [addr for _kind, addr in holders], own, connectors, keep)
+                try:
+                    targets, spared = select_fence_targets(
+                        [addr for _kind, addr in holders], own, connectors,
+                        keep)
+                except UnexplainedClients as err:
+                    raise FenceFailed(volume_id=volume.id,
+                                      reason=_unexplained(err, holders))
                 for addr, why in spared:
                     if why != 'this driver':
                         LOG.info('Volume %(vol)s: client %(addr)s is not '
@@ -813,11 +870,11 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
         now = timeutils.utcnow()
         expire = self.configuration.forcedetach_rbd_blocklist_expire_seconds
         keys, values = [], []
+        host_ips = [(c['host'], connector_ips(c)) for c in connectors
+                    if c and c.get('host')]
         for addr in targets:
             ip = addr_ip(addr)
-            hosts = sorted({c.get('host') for c in connectors
-                            if c and c.get('host') and
-                            ip in connector_ips(c)})
+            hosts = sorted({host for host, ips in host_ips if ip in ips})
             keys.append('%s/%s' % (volume.id, addr))
             values.append(json.dumps({
                 'volume_id': volume.id, 'image': volume.name,
