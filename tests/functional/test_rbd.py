@@ -320,10 +320,14 @@ def block_for(tag, seq):
 
 
 class Writer(object):
-    """A subprocess holding an RBD image open and writing to it."""
+    """A subprocess holding an RBD image open and writing to it.
+
+    With the bind shim it talks to Ceph from *bind_ip*, by default the
+    address *host*'s connector names (HOST_IPS).
+    """
 
     def __init__(self, cluster, info, host, tag='A', base=0, count=100000,
-                 interval=0.02, mount_timeout=10):
+                 interval=0.02, mount_timeout=10, bind_ip=None):
         hosts, ports = info['hosts'], info['ports']
         pool, image = info['name'].split('/', 1)
         self.tag, self.base = tag, base
@@ -335,8 +339,9 @@ class Writer(object):
             'mount_timeout': str(mount_timeout)}
         env = {k: v for k, v in os.environ.items()
                if not k.startswith('CEPH_')}
-        if cluster.shim and host in HOST_IPS:
-            env.update(LD_PRELOAD=cluster.shim, CFD_BIND_IP=HOST_IPS[host])
+        bind_ip = bind_ip or HOST_IPS.get(host)
+        if cluster.shim and bind_ip:
+            env.update(LD_PRELOAD=cluster.shim, CFD_BIND_IP=bind_ip)
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, '-c', WRITER, json.dumps(self.params)],
@@ -710,8 +715,10 @@ class FenceTestCase(RBDTestCase):
     def test_other_host_connector_fences_nothing(self):
         vol_id, att, info, writer = self.attached_volume('compute1')
         volume = self.db_volume(vol_id)
+        # compute1's attachment stays (what terminate_connection passes)
         self.assertEqual([], self.driver.fence_clients(
-            volume, [connector_for('compute2')], []))
+            volume, [connector_for('compute2')],
+            list(volume.volume_attachment)))
         if self.cluster.shim:
             writer.wait_oks(3)
             self.assertEqual([], writer.errs())
@@ -915,6 +922,98 @@ class FenceTestCase(RBDTestCase):
                                   list(volume.volume_attachment))
         b.wait_oks(5)
         self.assertEqual([], b.errs())
+
+    # -- clients at another address than their connector's ip ---------------
+
+    @ddt.data('api', 'flow')
+    def test_client_at_another_address_is_fenced(self, path):
+        """compute1's connector says 127.0.0.11, its client uses .21.
+
+        A multi-homed host (or Nova's my_block_storage_ip differing from
+        the source address on the Ceph network): with no attachment
+        staying, the client is fenced whatever its address.
+        """
+        if not self.cluster.shim:
+            self.skipTest('needs the bind shim (gcc)')
+        vol_id = self.create_volume()['id']
+        att, info = self.attach(vol_id, 'compute1')
+        writer = self.writer(info, 'compute1', bind_ip='127.0.0.21')
+        self.assertEqual('127.0.0.21', rbd_driver.addr_ip(writer.addr))
+
+        if path == 'api':
+            self.force_detach_api(vol_id,
+                                  connector=connector_for('compute1'),
+                                  attachment_id=att['id'])
+            self.wait_volume(vol_id, ('available',))
+        else:
+            self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
+                                     connector=connector_for('compute1'))
+        fence_returned = time.time()
+
+        self.assert_fenced_cleanly(writer, vol_id, fence_returned)
+        self.new_client_writes(vol_id)
+        self.assert_detached(vol_id)
+        self.assertIn(writer.addr, self.cluster.blocklist())
+        self.assertEqual([writer.addr], [
+            f['addr'] for f in self.driver.list_fences(
+                self.db_volume(vol_id))])
+
+    def test_multiattach_unexplained_client_fails_the_force_detach(self):
+        """compute2 stays, but its client is not at its connector's ip.
+
+        Fencing it could cut off an attachment that stays; sparing it
+        could leave a detached host writing: the force-detach of compute1
+        fails, naming the client, with nothing fenced and Cinder's
+        database unchanged.  Without a connector, every host is fenced.
+        """
+        if not self.cluster.shim:
+            self.skipTest('needs the bind shim (gcc)')
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att_a, info_a = self.attach(vol_id, 'compute1')
+        att_b, info_b = self.attach(vol_id, 'compute2')
+        a = self.writer(info_a, 'compute1', tag='A', base=0)
+        b = self.writer(info_b, 'compute2', tag='B', base=10000,
+                        bind_ip='127.0.0.22')
+        self.assertEqual('127.0.0.22', rbd_driver.addr_ip(b.addr))
+        volume = self.db_volume(vol_id)
+
+        err = self.assertRaises(fd_exception.ForceDetachFailed,
+                                self.driver.force_detach, self.ctxt,
+                                volume, connector=connector_for('compute1'))
+        self.assertIn('FenceClientsTask', str(err))
+        # what Cinder's os-force_detach and attachment delete run
+        err2 = self.assertRaises(rbd_driver.FenceFailed,
+                                 self.driver.terminate_connection,
+                                 self.db_volume(vol_id),
+                                 connector_for('compute1'))
+        for message in (str(err), str(err2)):
+            self.assertIn(b.addr, message)
+            self.assertNotIn(a.addr, message)
+            self.assertIn('without a connector', message)
+
+        volume = self.db_volume(vol_id)
+        self.assertEqual(
+            ('in-use', 'attached', {att_a['id'], att_b['id']}),
+            (volume.status, volume.attach_status,
+             {x.id for x in volume.volume_attachment}))
+        self.assertEqual({'attached'}, {x.attach_status
+                                        for x in volume.volume_attachment})
+        blocklist = self.cluster.blocklist()
+        self.assertNotIn(a.addr, blocklist)
+        self.assertNotIn(b.addr, blocklist)
+        self.assertEqual([], self.driver.list_fences(volume))
+        for writer in (a, b):
+            writer.wait_oks(5)
+            self.assertEqual([], writer.errs())
+
+        # Every host: both clients fenced, the volume detached.
+        self.driver.force_detach(self.ctxt, volume)
+        fence_returned = time.time()
+        self.assert_fenced_cleanly(a, vol_id, fence_returned)
+        self.assert_fenced_cleanly(b, vol_id, fence_returned)
+        self.assert_detached(vol_id)
+        self.new_client_writes(vol_id)
 
 
 # -- connection_info refresh --------------------------------------------------
