@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh Debian 12 machine:
 # system packages (tgt, userspace iSCSI initiators, qemu-img, open-iscsi
-# for os-brick's iscsiadm calls) and a venv with this package, real Cinder
+# for os-brick's iscsiadm calls, gcc and libc6-dev for the RBD tests'
+# LD_PRELOAD shim) and a venv with this package, real Cinder
 # and the test requirements.  Idempotent; a second run takes about a second.
 #
 # Usage: tools/install-deps.sh [VENV]     (default: ./.venv)
@@ -10,7 +11,8 @@ cd "$(dirname "$0")/.."
 VENV=${1:-${VENV:-.venv}}
 PYTHON=${PYTHON:-python3}
 
-APT_PACKAGES=(tgt libiscsi-bin qemu-utils qemu-block-extra open-iscsi)
+APT_PACKAGES=(tgt libiscsi-bin qemu-utils qemu-block-extra open-iscsi
+              gcc libc6-dev)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

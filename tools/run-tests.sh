@@ -2,11 +2,27 @@
 # README's test command: installs what is missing, then runs pep8, the unit
 # tests and the functional tests (real Cinder services in-process, real
 # tgtd, live qemu-io initiators, real single-node Ceph when installed).
-# Prints one closing line "tests: N passed, N failed".
+# Prints one closing line
+#     tests: N passed, N failed, N skipped[; pep8: FAILED]
+# and exits non-zero when pep8 failed, a test failed, a test run could not
+# run (e.g. an import error during discovery: counted as 1 failure), or a
+# test was skipped (set ALLOW_SKIPS=1 to accept skips).
+#
+# Each stestr run is counted exactly once, from the subunit stream of that
+# very run (never from "stestr last", which would re-count an older run).
 #
 # Usage: tools/run-tests.sh [--no-install] [stestr filter...]
+# (a filter goes to both runs; a run it matches no test of fails, as
+# before: the closing line counts it as 1 failure)
+# Environment:
+#   ALLOW_SKIPS=1            skipped tests do not fail the run
+#   SKIP_PEP8=1              do not run flake8 (the closing line says so)
+#   UNIT_TEST_PATH           default ./tests/unit
+#   FUNCTIONAL_TEST_PATH     default ./tests/functional
+#   FUNCTIONAL_CONCURRENCY   default 2
+#   VENV                     default .venv
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 VENV=${VENV:-.venv}
 if [ "${1:-}" = "--no-install" ]; then shift; else
     tools/install-deps.sh "$VENV" || exit 1
@@ -14,26 +30,125 @@ if [ "${1:-}" = "--no-install" ]; then shift; else
         tools/install-ceph.sh "$VENV" || exit 1
     fi
 fi
-export PATH="$PWD/$VENV/bin:$PATH"
-passed=0; failed=0; rc=0
+case $VENV in
+    /*) export PATH="$VENV/bin:$PATH" ;;
+    *) export PATH="$PWD/$VENV/bin:$PATH" ;;
+esac
+UNIT_TEST_PATH=${UNIT_TEST_PATH:-./tests/unit}
+FUNCTIONAL_TEST_PATH=${FUNCTIONAL_TEST_PATH:-./tests/functional}
 
-count() {  # add the last stestr run's totals
-    local stats
-    stats=$(stestr last --subunit | subunit-stats 2>/dev/null)
-    passed=$((passed + $(awk '/^Passed tests:/ {print $3}' <<<"$stats")))
-    failed=$((failed + $(awk '/^Failed tests:/ {print $3}' <<<"$stats")))
+passed=0; failed=0; skipped=0; rc=0; pep8=""
+work=$(mktemp -d "${TMPDIR:-/tmp}/run-tests.XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+: > "$work/skipped"
+
+# Live display of a subunit stream (stestr's own subunit-trace output).
+# "python -m stestr.subunit_trace" lacks an import of subunit.test_results.
+display() {
+    python -c '
+import sys
+import subunit.test_results  # noqa: F401
+from stestr import subunit_trace
+sys.exit(subunit_trace.trace(sys.stdin.buffer, sys.stdout, post_fails=True))
+'
 }
 
-echo "== pep8"
-if ! flake8; then echo "pep8: FAILED"; rc=1; fi
+# Totals of one subunit stream file: prints "PASSED FAILED SKIPPED" and
+# appends the ids of skipped tests to $2.  Final status per test id:
+# success/xfail pass; fail/uxsuccess/inprogress (no final status: a
+# crashed worker) fail; skip is skipped.
+totals() {
+    python - "$1" "$2" <<'EOF'
+import sys
+
+import subunit
+import testtools
+
+
+class LastStatus(testtools.StreamResult):
+    def __init__(self):
+        super().__init__()
+        self.status_of = {}
+
+    def status(self, test_id=None, test_status=None, **kwargs):
+        if not test_id or not test_status:
+            return
+        if test_status == 'exists' and test_id in self.status_of:
+            return
+        self.status_of[test_id] = test_status
+
+
+result = LastStatus()
+with open(sys.argv[1], 'rb') as stream:
+    result.startTestRun()
+    subunit.ByteStreamToStreamResult(
+        stream, non_subunit_name='stdout').run(result)
+    result.stopTestRun()
+counts = {'pass': 0, 'fail': 0, 'skip': 0}
+kind = {'success': 'pass', 'xfail': 'pass', 'skip': 'skip',
+        'fail': 'fail', 'uxsuccess': 'fail', 'inprogress': 'fail'}
+with open(sys.argv[2], 'a') as skipped:
+    for test_id, status in sorted(result.status_of.items()):
+        if status in kind:
+            counts[kind[status]] += 1
+        if status == 'skip':
+            skipped.write(test_id + '\n')
+print(counts['pass'], counts['fail'], counts['skip'])
+EOF
+}
+
+# run_stestr NAME TEST_PATH [stestr run args...]: run, show, count once.
+run_stestr() {
+    local name=$1 path=$2 stream="$work/$1.subunit" stestr_rc p f s
+    shift 2
+    # tee -p: the stream file is complete even if the display dies.
+    stestr --test-path="$path" run --subunit "$@" | tee -p "$stream" | display
+    stestr_rc=${PIPESTATUS[0]}
+    if ! read -r p f s < <(totals "$stream" "$work/skipped") \
+            || [ -z "${s:-}" ]; then
+        echo "$name: cannot read the subunit stream of this run:" \
+             "counted as 1 failure"
+        failed=$((failed + 1)); rc=1
+        return
+    fi
+    passed=$((passed + p)); skipped=$((skipped + s))
+    if [ "$f" -gt 0 ]; then
+        failed=$((failed + f)); rc=1
+    elif [ "$stestr_rc" -ne 0 ] || [ $((p + s)) -eq 0 ]; then
+        echo "$name: stestr exited $stestr_rc after $((p + s)) test(s)" \
+             "(discovery/import error, no test matched, or a crash):" \
+             "counted as 1 failure"
+        failed=$((failed + 1)); rc=1
+    fi
+}
+
+if [ "${SKIP_PEP8:-0}" = 1 ]; then
+    echo "== pep8: not run (SKIP_PEP8=1)"
+    pep8="; pep8: not run"
+else
+    echo "== pep8"
+    if ! flake8; then echo "pep8: FAILED"; pep8="; pep8: FAILED"; rc=1; fi
+fi
 
 echo "== unit tests"
-stestr --test-path=./tests/unit run "$@" || rc=1
-count
+run_stestr unit "$UNIT_TEST_PATH" "$@"
 
 echo "== functional tests"
-stestr --test-path=./tests/functional run --concurrency "${FUNCTIONAL_CONCURRENCY:-2}" "$@" || rc=1
-count
+run_stestr functional "$FUNCTIONAL_TEST_PATH" \
+    --concurrency "${FUNCTIONAL_CONCURRENCY:-2}" "$@"
 
-echo "tests: $passed passed, $failed failed"
+if [ "$skipped" -gt 0 ]; then
+    if [ "${ALLOW_SKIPS:-0}" = 1 ]; then
+        echo "skipped: $skipped test(s), allowed by ALLOW_SKIPS=1:"
+    else
+        echo "skipped: $skipped test(s): the run FAILS on skips" \
+             "(set ALLOW_SKIPS=1 to accept them):"
+        rc=1
+    fi
+    head -n 30 "$work/skipped" | sed 's/^/  /'
+    if [ "$skipped" -gt 30 ]; then
+        echo "  ... and $((skipped - 30)) more"
+    fi
+fi
+echo "tests: $passed passed, $failed failed, $skipped skipped$pep8"
 exit $rc
