@@ -1,64 +1,55 @@
-"""Write an image straight onto a volume, without a temporary file.
+"""Write an image onto a volume behind Cinder's own image gates.
 
-Upstream drivers fetch the whole image into ``image_conversion_dir`` and
-convert it from there.  Here ``qemu-img convert`` reads the image where it
-lives (a ``file://`` or ``http(s)://`` location) and writes the volume, or,
-for a raw image with no readable location, the image service's download
-stream is written to the volume chunk by chunk.  The image's declared
-format is always passed to qemu-img (never probed), images with a backing
-or data file are refused, and an image larger than the volume is refused
-before a single byte is written.
+Image data only ever comes from the image service's ``download()``, which
+alone decides, as upstream, whether a ``file://`` location may be read
+(``allowed_direct_url_schemes``, empty by default); no location is ever
+handed to qemu-img.
+
+* A raw image is streamed onto the volume without a temporary copy, but its
+  first :data:`HEAD_BYTES` are held back until the format inspector of
+  oslo.utils (the stream inspector Cinder's own was copied from) has seen
+  them: content of another format (a qcow2, vmdk... declared raw) or failing
+  the inspector's safety checks is refused before a byte reaches the volume,
+  and so is a stream larger than the volume.
+* Any other format goes through upstream's ``image_utils.fetch_to_raw`` into
+  a temporary raw file in ``image_conversion_dir`` (format inspector,
+  ``qemu-img info``, format mismatch, backing and data files, VMDK create
+  types, virtual size, conversion and compression options); only then does
+  ``qemu-img convert -n`` write it onto the volume.
 """
 
-import json
-import urllib.parse
+import io
+import shutil
 
 from cinder import exception
 from cinder.i18n import _
+from cinder.image import image_utils
 from oslo_concurrency import processutils
+from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_utils import imageutils
+from oslo_utils.imageutils import format_inspector
 from oslo_utils import units
 
 LOG = logging.getLogger(__name__)
+CONF = cfg.CONF
 
-# Glance disk_format -> qemu-img format name.
-QEMU_FORMATS = {'raw': 'raw', 'qcow2': 'qcow2', 'vmdk': 'vmdk',
-                'vdi': 'vdi', 'vhd': 'vpc', 'vhdx': 'vhdx'}
-READABLE_SCHEMES = ('file', 'http', 'https')
-
-
-def readable_location(image_service, context, image_id):
-    """The image's first location qemu-img can read directly, or None."""
-    try:
-        direct_url, locations = image_service.get_location(context, image_id)
-    except (AttributeError, NotImplementedError, exception.NotFound):
-        return None
-    urls = [direct_url] + [loc.get('url') for loc in (locations or [])]
-    for url in urls:
-        if url and urllib.parse.urlparse(url).scheme in READABLE_SCHEMES:
-            return url
-    return None
+#: Bytes of a raw stream inspected before anything is written.
+HEAD_BYTES = units.Mi
+#: What the inspector may find in a raw image (upstream's inspector and
+#: ``qemu-img info`` call a partitioned disk, an ISO or LUKS raw too).
+RAW_CONTENT = frozenset(['raw', 'gpt', 'iso', 'luks'])
 
 
-def qemu_source(url):
-    """A qemu-img source for a location URL."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme == 'file':
-        return urllib.parse.unquote(parsed.path)
-    return url
+def unacceptable(image_id, reason):
+    return exception.ImageUnacceptable(image_id=image_id, reason=reason)
 
 
-def image_virtual_size(source, fmt, image_id, execute):
-    """Virtual size in bytes, refusing backing and external data files."""
-    out, _err = execute('qemu-img', 'info', '--output=json', '-f', fmt,
-                        source)
-    info = json.loads(out)
-    if info.get('backing-filename') or (
-            info.get('format-specific', {}).get('data', {}).get('data-file')):
-        raise exception.ImageUnacceptable(
-            image_id=image_id,
-            reason=_('images with a backing or data file are refused'))
-    return int(info['virtual-size'])
+def check_allowed(image_id, disk_format, allowed_formats):
+    if disk_format not in (allowed_formats or ()):
+        raise unacceptable(image_id, _('disk format %s is not accepted by '
+                                       'forcedetach_image_formats')
+                           % disk_format)
 
 
 def check_fits(image_id, size_bytes, volume_size_gb):
@@ -69,57 +60,180 @@ def check_fits(image_id, size_bytes, volume_size_gb):
                 'img': size_bytes, 'vol': volume_size_gb})
 
 
-def stream_to_volume(context, image_service, image_id, volume_size_gb,
-                     destination, open_destination, allowed_formats,
-                     sparse=True,
-                     execute=processutils.execute):
-    """Write image *image_id* onto a volume.
+def check_head(image_id, disk_format, head):
+    """Run the format inspector over the first bytes of an image.
+
+    Refuses content of another format than *disk_format* and content the
+    inspector finds unsafe.  Returns False when the bytes are too few for
+    the inspector to finish (only possible for a non-raw *disk_format*).
+    """
+    wrapper = format_inspector.InspectWrapper(io.BytesIO(head))
+    while wrapper.read(64 * units.Ki):
+        pass
+    wrapper.close()     # the end of the head counts as the end of the data
+    expected = RAW_CONTENT if disk_format == 'raw' else {disk_format}
+    try:
+        found = wrapper.formats
+        names = sorted(str(i) for i in found)
+        if not set(names) <= expected or (disk_format != 'raw' and
+                                          len(found) != 1):
+            raise unacceptable(image_id, _(
+                'the image is declared %(fmt)s but its data is %(found)s')
+                % {'fmt': disk_format, 'found': '+'.join(names)})
+        if not all(i.complete for i in found):
+            return False
+        for inspector in found:
+            inspector.safety_check()
+    except (format_inspector.ImageFormatError,
+            format_inspector.SafetyCheckFailed) as err:
+        raise unacceptable(image_id, _('format inspection failed: %s') % err)
+    return True
+
+
+def check_source(image_id, disk_format, source, head, volume_size_gb,
+                 execute=processutils.execute):
+    """Upstream's checks on an image qemu-img reads where it lives.
+
+    *source* is what qemu-img opens (e.g. an ``rbd:`` spec), *head* its
+    first bytes.  Returns the qemu-img format name, or None when the head
+    did not settle the format (the caller then takes
+    :func:`fetch_to_volume`).
+    """
+    if not check_head(image_id, disk_format, head):
+        return None
+    qfmt = image_utils.fixup_disk_format(disk_format)
+    out, _err = execute(
+        'env', 'LC_ALL=C', 'qemu-img', 'info', '-f', qfmt, '--output=json',
+        source, prlimit=processutils.ProcessLimits(
+            cpu_time=CONF.image_introspection_cpu_limit,
+            address_space=CONF.image_introspection_address_space_limit *
+            units.Gi))
+    data = imageutils.QemuImgInfo(out, format='json')
+    if data.backing_file:
+        raise unacceptable(image_id, _('the image has a backing file'))
+    image_utils.check_image_format(source, qfmt, image_id, data=data)
+    image_utils.check_virtual_size(data.virtual_size, volume_size_gb,
+                                   image_id)
+    return qfmt
+
+
+class _RawSink(object):
+    """Where ``download()`` writes a raw image: its head, then the volume."""
+
+    def __init__(self, image_id, volume_size_gb, open_destination):
+        self.image_id = image_id
+        self.volume_size_gb = volume_size_gb
+        self.open_destination = open_destination
+        self.head = bytearray()
+        self.written = 0
+        self.volume = None
+
+    def write(self, data):
+        self.written += len(data)
+        if self.written > self.volume_size_gb * units.Gi:
+            raise exception.ImageTooBig(
+                image_id=self.image_id,
+                reason=_('download exceeded the volume size of %d GiB')
+                % self.volume_size_gb)
+        if self.volume is not None:
+            self.volume.write(data)
+            return
+        self.head += data
+        if len(self.head) >= HEAD_BYTES:
+            self._open()
+
+    def _open(self):
+        check_head(self.image_id, 'raw', bytes(self.head))
+        self.volume = self.open_destination()
+        self.volume.write(self.head)
+        self.head = None
+
+    def finish(self):
+        if self.volume is None:
+            self._open()
+        self.volume.flush()
+
+    def close(self):
+        if self.volume is not None:
+            self.volume.close()
+
+
+def stream_raw(context, image_service, image_id, volume_size_gb,
+               open_destination):
+    """Stream a raw image onto the volume, its head inspected first.
+
+    A copy Cinder already fetched for this request (create from image) is
+    read instead of downloading again.
+    """
+    sink = _RawSink(image_id, volume_size_gb, open_destination)
+    temp_images = getattr(image_service, 'temp_images', None)
+    fetched = temp_images and temp_images.get(context, image_id)
+    try:
+        if fetched:
+            with open(fetched, 'rb') as src:
+                shutil.copyfileobj(src, sink, units.Mi)
+        else:
+            image_service.download(context, image_id, sink)
+        sink.finish()
+    finally:
+        sink.close()
+    LOG.info('Image %(img)s streamed onto the volume (%(n)d bytes).',
+             {'img': image_id, 'n': sink.written})
+
+
+def fetch_to_volume(context, image_service, image_id, volume_size_gb,
+                    destination, sparse=True, discard=None, blocksize='1M',
+                    execute=processutils.execute):
+    """Upstream's fetch and checks into a temporary file, then the volume.
+
+    :param discard: a callable that deallocates the whole volume and
+        returns True, for a non-sparse write (reimage) to skip the holes.
+    """
+    with image_utils.temporary_file(prefix='forcedetach_%s_' % image_id,
+                                    suffix='.raw') as tmp:
+        try:
+            image_utils.fetch_to_raw(context, image_service, image_id, tmp,
+                                     blocksize, size=volume_size_gb,
+                                     run_as_root=False)
+        except (exception.ImageUnacceptable, exception.ImageTooBig):
+            raise
+        except exception.Invalid as err:
+            # qemu_img_info's "Image/Volume failed safety check"
+            raise unacceptable(image_id, _(
+                "Cinder's format inspector found the image unsafe (a "
+                "backing or data file, VMDK extents, unknown features): "
+                "%s") % err)
+        if not sparse and discard is not None and discard():
+            sparse = True
+        cmd = ['qemu-img', 'convert', '-n', '-f', 'raw', '-O', 'raw']
+        if not sparse:
+            cmd += ['-S', '0']
+        execute(*(cmd + [tmp, destination]))
+    LOG.info('Image %s written onto the volume by qemu-img.', image_id)
+
+
+def copy_to_volume(context, image_service, image_id, volume_size_gb,
+                   destination, open_destination, allowed_formats,
+                   sparse=True, discard=None, blocksize='1M',
+                   execute=processutils.execute):
+    """Write image *image_id* onto a volume; returns the path taken.
 
     :param destination: the volume as qemu-img names it (a path, or e.g.
-        ``json:{...}``), used when the image has a readable location.
+        an ``rbd:`` spec).
     :param open_destination: a callable returning a writable binary file
-        object on the volume, used to stream a raw image from the service.
-    :returns: 'qemu-img' or 'stream', the path taken.
+        object on the volume, for a raw stream.
+    :returns: 'stream' or 'qemu-img'.
     """
     meta = image_service.show(context, image_id)
     disk_format = meta.get('disk_format') or 'raw'
-    if disk_format not in allowed_formats or disk_format not in QEMU_FORMATS:
-        raise exception.ImageUnacceptable(
-            image_id=image_id,
-            reason=_('disk format %s is not accepted') % disk_format)
-    fmt = QEMU_FORMATS[disk_format]
-    url = readable_location(image_service, context, image_id)
-    if url:
-        source = qemu_source(url)
-        check_fits(image_id, image_virtual_size(source, fmt, image_id,
-                                                execute), volume_size_gb)
-        cmd = ['qemu-img', 'convert', '-n', '-f', fmt, '-O', 'raw']
-        if not sparse:
-            cmd += ['-S', '0']
-        execute(*(cmd + [source, destination]))
-        LOG.info('Image %(img)s written by qemu-img from its %(scheme)s '
-                 'location.', {'img': image_id,
-                               'scheme': urllib.parse.urlparse(url).scheme})
-        return 'qemu-img'
-    if fmt != 'raw':
-        raise exception.ImageUnacceptable(
-            image_id=image_id,
-            reason=_('a %s image needs a file or http location to be '
-                     'converted without a temporary copy') % disk_format)
-    if meta.get('size'):
-        check_fits(image_id, int(meta['size']), volume_size_gb)
-    limit = volume_size_gb * units.Gi
-    written = 0
-    with open_destination() as volume_file:
-        for chunk in image_service.download(context, image_id):
-            written += len(chunk)
-            if written > limit:
-                raise exception.ImageTooBig(
-                    image_id=image_id,
-                    reason=_('download exceeded the volume size of %d GiB')
-                    % volume_size_gb)
-            volume_file.write(chunk)
-        volume_file.flush()
-    LOG.info('Image %(img)s streamed from the image service (%(n)d bytes).',
-             {'img': image_id, 'n': written})
-    return 'stream'
+    check_allowed(image_id, disk_format, allowed_formats)
+    if disk_format == 'raw' and meta.get('container_format') != 'compressed':
+        if meta.get('size'):
+            check_fits(image_id, int(meta['size']), volume_size_gb)
+        stream_raw(context, image_service, image_id, volume_size_gb,
+                   open_destination)
+        return 'stream'
+    fetch_to_volume(context, image_service, image_id, volume_size_gb,
+                    destination, sparse=sparse, discard=discard,
+                    blocksize=blocksize, execute=execute)
+    return 'qemu-img'

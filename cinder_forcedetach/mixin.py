@@ -13,7 +13,8 @@ and gets:
 * :meth:`terminate_connection` -- Cinder's own attachment-delete and
   ``os-force_detach`` paths run the same teardown, so upstream's API also
   cleans the backend;
-* :meth:`copy_image_to_volume` -- reimage without a temporary file.
+* :meth:`copy_image_to_volume` -- reimage and create from image behind
+  Cinder's own image gates (a raw image without a temporary file).
 
 What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 (idempotent: what is gone is success), optionally :meth:`fence_clients`,
@@ -173,19 +174,28 @@ class ForceDetachMixin(object):
     # -- reimage ---------------------------------------------------------
 
     def copy_image_to_volume(self, context, volume, image_service, image_id,
-                             disable_sparse=False):
-        """Write the image onto the volume without a temporary file."""
+                             disable_sparse=False, discard=None):
+        """Write the image onto the volume behind Cinder's image gates.
+
+        A raw image is streamed (no temporary file) after the format
+        inspector has passed its head; any other format goes through
+        upstream's ``fetch_to_raw``; see :mod:`cinder_forcedetach.image`.
+        *discard*: see :func:`cinder_forcedetach.image.fetch_to_volume`.
+        """
         conf = self.configuration
         try:
-            image.stream_to_volume(
+            image.copy_to_volume(
                 context, image_service, image_id, volume.size,
                 self.image_destination(volume),
                 lambda: self.open_volume_for_write(volume),
                 conf.safe_get('forcedetach_image_formats'),
-                sparse=not disable_sparse, execute=self._execute)
-        except (exception.ImageTooBig, exception.ImageUnacceptable):
-            LOG.error('Image %(img)s refused for volume %(vol)s.',
-                      {'img': image_id, 'vol': volume.id})
+                sparse=not disable_sparse, discard=discard,
+                blocksize=conf.safe_get('volume_dd_blocksize') or '1M',
+                execute=self._execute)
+        except (exception.Invalid,
+                exception.ImageConversionNotAllowed) as err:
+            LOG.error('Image %(img)s refused for volume %(vol)s: %(err)s',
+                      {'img': image_id, 'vol': volume.id, 'err': err})
             raise
 
     def reimage(self, context, volume, image_service, image_id):

@@ -24,7 +24,11 @@ image_opts = [
     cfg.ListOpt('forcedetach_image_formats',
                 default=['raw', 'qcow2', 'vmdk', 'vdi', 'vhd', 'vhdx'],
                 help='Image disk formats that copy_image_to_volume (and so '
-                     'reimage) accepts; the format is never probed.'),
+                     'reimage and create from image) accepts, on top of '
+                     'Cinder\'s own image checks, which every image passes: '
+                     'the format inspector (content must match the declared '
+                     'format), backing and data files, vmdk_allowed_types, '
+                     'image_conversion_disable.'),
 ]
 
 iscsi_opts = [

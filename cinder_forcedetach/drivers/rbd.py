@@ -1042,6 +1042,8 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
                         raise exception.ImageTooBig(
                             image_id=image_name,
                             reason=_('image is larger than the volume'))
+                    fd_image.check_head(image_name, 'raw', src.read(
+                        0, min(fd_image.HEAD_BYTES, src.size())))
                     features = self._clone_features(volume, src.features())
                 self._clone(src_ioctx, image_name, snap, ioctx, name,
                             features)
@@ -1053,56 +1055,48 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
 
     def copy_image_to_volume(self, context, volume, image_service, image_id,
                              disable_sparse=False):
-        """Write an image onto the volume, without a temporary file.
+        """Write an image onto the volume behind Cinder's image gates.
 
-        * a raw image in this cluster (``rbd://fsid/pool/image/snap``):
-          the volume becomes a copy-on-write clone of that snapshot
-          (unless the volume has snapshots or clients, which an in-place
-          write must keep);
-        * any other image in this cluster: ``qemu-img convert`` reads it
-          from its pool and writes into the volume's RBD image;
-        * elsewhere: the generic path (qemu-img from a file or http
-          location, or the image service's stream), writing into the RBD
-          image.
+        * a raw image in this cluster (``rbd://fsid/pool/image/snap``)
+          whose head the format inspector passes: the volume becomes a
+          copy-on-write clone of that snapshot (unless the volume has
+          snapshots or clients, which an in-place write must keep);
+        * any other image in this cluster that passes upstream's checks
+          (:func:`cinder_forcedetach.image.check_source`): ``qemu-img
+          convert`` reads it from its pool into the volume's RBD image;
+        * otherwise the generic path: the image service's download, a raw
+          stream or upstream's ``fetch_to_raw`` and then qemu-img.
 
-        A reimage (``disable_sparse``) by qemu-img first discards the
-        volume, so qemu-img may skip the image's holes instead of writing
-        zeros (upstream writes every byte, through a temporary file).
+        A reimage (``disable_sparse``) by qemu-img discards the volume once
+        every check has passed, so qemu-img may skip the image's holes
+        instead of writing zeros.
         """
         meta = image_service.show(context, image_id)
         fmt = meta.get('disk_format') or 'raw'
-        location = self._same_cluster_location(context, image_service,
-                                               image_id)
+        fd_image.check_allowed(image_id, fmt, self.configuration.safe_get(
+            'forcedetach_image_formats'))
+        location = None
+        if meta.get('container_format') != 'compressed':
+            location = self._same_cluster_location(context, image_service,
+                                                   image_id)
         if location and fmt == 'raw' and self._reimage_by_clone(
                 volume, location, image_id):
             return 'clone'
-        if location:
-            self._convert_from_cluster(volume, location, image_id, fmt,
-                                       sparse=not disable_sparse)
+        if location and self._convert_from_cluster(
+                volume, location, image_id, fmt, sparse=not disable_sparse):
             return 'qemu-img'
-        url = fd_image.readable_location(image_service, context, image_id)
-        if url and disable_sparse:
-            # Check the image first: nothing is discarded for bad input.
-            self._check_image(image_id, fmt, fd_image.qemu_source(url),
-                              volume)
-            self._discard_all(volume)
-            disable_sparse = False
         return super(RBDDriver, self).copy_image_to_volume(
             context, volume, image_service, image_id,
-            disable_sparse=disable_sparse)
+            disable_sparse=disable_sparse,
+            discard=lambda: self._discard_all(volume) or True)
 
-    def _check_image(self, image_id, fmt, source, volume):
-        """The qemu-img format of an acceptable image that fits."""
-        if fmt not in fd_image.QEMU_FORMATS or fmt not in (
-                self.configuration.safe_get('forcedetach_image_formats')
-                or fd_image.QEMU_FORMATS):
-            raise exception.ImageUnacceptable(
-                image_id=image_id,
-                reason=_('disk format %s is not accepted') % fmt)
-        qfmt = fd_image.QEMU_FORMATS[fmt]
-        fd_image.check_fits(image_id, fd_image.image_virtual_size(
-            source, qfmt, image_id, self._execute), volume.size)
-        return qfmt
+    def _read_head(self, location):
+        """The first bytes of a same-cluster image, for the inspector."""
+        pool, name, snap = location
+        with self._cluster(pool) as (_client, ioctx):
+            with rbd.Image(ioctx, name, snapshot=snap,
+                           read_only=True) as image:
+                return image.read(0, min(fd_image.HEAD_BYTES, image.size()))
 
     def _discard_all(self, volume):
         """Deallocate every object of the volume: it then reads zeros.
@@ -1175,9 +1169,19 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
 
     def _convert_from_cluster(self, volume, location, image_id, fmt,
                               sparse=True):
+        """qemu-img from the image's pool, once upstream's checks pass.
+
+        Returns False when the image's head did not settle its format.
+        """
         pool, name, snap = location
         source = self._qemu_spec(pool, name, snapshot=snap)
-        qfmt = self._check_image(image_id, fmt, source, volume)
+        qfmt = fd_image.check_source(image_id, fmt, source,
+                                     self._read_head(location), volume.size,
+                                     execute=self._execute)
+        if not qfmt:
+            LOG.info('Image %s: its head does not settle its format; '
+                     'fetching it instead.', image_id)
+            return False
         if not sparse:
             self._discard_all(volume)
         cmd = ['qemu-img', 'convert', '-n', '-f', qfmt, '-O', 'raw']
@@ -1186,6 +1190,7 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
                  'from %(pool)s/%(name)s.', {'img': image_id,
                                              'vol': volume.id,
                                              'pool': pool, 'name': name})
+        return True
 
     def copy_volume_to_image(self, context, volume, image_service,
                              image_meta):

@@ -20,8 +20,8 @@ tests:
   (``cinder.image.glance.get_default_image_service``, which
   ``get_remote_image_service`` also uses for plain image ids).  Patching
   that lookup is the one substitution: Glance cannot run here.  Its
-  ``get_location`` returns the HTTP URL, from which the driver's
-  ``copy_image_to_volume`` streams the image with qemu-img.
+  ``get_location`` returns the HTTP URL, which the driver must never read
+  itself: image data comes from ``download()``, as upstream.
 
 The force-detach use cases are the five of Cinder's force_detach spec
 (specs/liberty/implement-force-detach-for-safe-cleanup.rst):
@@ -276,6 +276,7 @@ class LocalImageService(object):
     def __init__(self, image_server):
         self.server = image_server
         self.images = {}
+        self.temp_images = None     # image_utils.TemporaryImages sets it
 
     def add(self, name, path, disk_format, declare_virtual_size=True):
         image_id = str(uuid.uuid4())
@@ -309,10 +310,17 @@ class LocalImageService(object):
         url = self.url(image_id)
         return url, [{'url': url, 'metadata': {}}]
 
-    def download(self, context, image_id, data=None):
+    def _chunks(self, image_id):
         with open(os.path.join(self.server.directory, image_id), 'rb') as f:
             for chunk in iter(lambda: f.read(MiB), b''):
                 yield chunk
+
+    def download(self, context, image_id, data=None):
+        """Like Glance's: the chunks, or written into *data*."""
+        if data is None:
+            return self._chunks(image_id)
+        for chunk in self._chunks(image_id):
+            data.write(chunk)
 
 
 def make_image(directory, name, pattern, virtual_size, fmt='qcow2',

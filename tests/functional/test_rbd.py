@@ -36,7 +36,9 @@ import traceback
 import unittest
 import uuid
 
+from cinder import exception
 from cinder import objects
+import cinder.privsep
 from cinder.volume import volume_utils
 import ddt
 import eventlet
@@ -1123,7 +1125,12 @@ class ImageTestCase(RBDTestCase):
 
     def setUp(self):
         super(ImageTestCase, self).setUp()
+        # upstream's image checks call the format inspector through
+        # privsep: run it in-process (we are root)
+        cinder.privsep.sys_admin_pctxt.set_client_mode(False)
+        self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode, True)
         self.images = FakeImageService()
+        self.images.temp_images = None      # as Glance's (TemporaryImages)
         self.commands = []
         real = self.driver._execute
 
@@ -1285,18 +1292,100 @@ class ImageTestCase(RBDTestCase):
         self.assertIn('qcow2', self.commands[-1])
         self.assert_no_secret_on_command_lines()
 
-    def test_reimage_from_a_file_location_streams(self):
+    def test_reimage_never_reads_a_file_location_itself(self):
+        # Was: qemu-img read the file:// location directly, bypassing
+        # allowed_direct_url_schemes (issue 8 item 2).  The data comes
+        # from the image service's download(), streamed (no qemu-img).
         data = self.image_data()
-        path = os.path.join(self.workdir, 'image.raw')
-        with open(path, 'wb') as f:
-            f.write(data)
+        secret = self.host_secret()
         image_id = str(uuid.uuid4())
-        self.images.add(image_id, url='file://' + path, size=len(data))
+        self.images.add(image_id, url='file://' + secret, size=len(data),
+                        reader=lambda: iter([data]))
         vol_id = self.volume_with_old_data()
         self.reimage(vol_id, image_id)
         self.assertEqual(data, self.volume_bytes(vol_id, len(data)))
-        self.assertEqual(path, self.commands[-1][-2])
-        self.assertTrue(self.commands[-1][-1].startswith('rbd:'))
+        self.assertEqual([], self.commands)
+
+    # -- Cinder's image gates (issue 8 item 2) ---------------------------
+
+    def host_secret(self):
+        """A host file standing in for the node's cinder.conf."""
+        path = os.path.join(self.workdir, 'cinder.conf')
+        with open(path, 'wb') as f:
+            f.write((b'password = HOST-SECRET\n' * 65536)[:1 << 20])
+        return path
+
+    def rbd_image_of(self, path, declared):
+        """An images-pool image holding *path*'s bytes, declared so."""
+        with open(path, 'rb') as f:
+            image_id = self.rbd_image(f.read())
+        self.images.images[image_id]['meta']['disk_format'] = declared
+        return image_id
+
+    def assert_refused(self, vol_id, image_id, reason):
+        try:
+            self.reimage(vol_id, image_id)
+            err = None
+        except exception.ImageUnacceptable as exc:
+            err = exc
+        data = self.volume_bytes(vol_id, 1 << 20)
+        self.assertNotIn(b'HOST-SECRET', data,
+                         'the host file reached the volume')
+        self.assertEqual(b'OLD!' * 1024, data[:BLOCK],
+                         'the refused image touched the old data')
+        self.assertIsNone(self.image_info(vol_id)[0])   # no clone either
+        self.assertIsNotNone(err, 'the image was not refused')
+        self.assertIn(reason, str(err))
+
+    def test_reimage_refuses_qcow2_declared_raw_in_cluster(self):
+        raw = os.path.join(self.workdir, 'q.raw')
+        with open(raw, 'wb') as f:
+            f.write(self.image_data())
+        qcow2 = os.path.join(self.workdir, 'q.qcow2')
+        subprocess.run(['qemu-img', 'convert', '-f', 'raw', '-O', 'qcow2',
+                        raw, qcow2], check=True)
+        image_id = self.rbd_image_of(qcow2, 'raw')
+        self.assert_refused(self.volume_with_old_data(), image_id,
+                            'declared raw but its data is qcow2')
+
+    def test_reimage_refuses_in_cluster_qcow2_backed_by_a_host_file(self):
+        qcow2 = os.path.join(self.workdir, 'b.qcow2')
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b',
+                        self.host_secret(), '-F', 'raw', qcow2, '1M'],
+                       check=True)
+        image_id = self.rbd_image_of(qcow2, 'qcow2')
+        self.assert_refused(self.volume_with_old_data(), image_id,
+                            'backing_file')
+
+    def test_reimage_refuses_in_cluster_vmdk_naming_a_host_file(self):
+        vmdk = os.path.join(self.workdir, 'flat.vmdk')
+        with open(vmdk, 'w') as f:
+            f.write('# Disk DescriptorFile\nversion=1\nCID=fffffffe\n'
+                    'parentCID=ffffffff\ncreateType="monolithicFlat"\n\n'
+                    'RW 2048 FLAT "%s" 0\n\n#DDB\n'
+                    'ddb.virtualHWVersion = "4"\n' % self.host_secret())
+        image_id = self.rbd_image_of(vmdk, 'vmdk')
+        self.assert_refused(self.volume_with_old_data(), image_id,
+                            'Safety checks failed: descriptor')
+
+    def test_reimage_of_a_qcow2_from_outside_the_cluster(self):
+        # upstream's fetch_to_raw into a temporary file, then qemu-img
+        data = self.image_data()
+        raw = os.path.join(self.workdir, 'o.raw')
+        with open(raw, 'wb') as f:
+            f.write(data)
+        qcow2 = os.path.join(self.workdir, 'o.qcow2')
+        subprocess.run(['qemu-img', 'convert', '-f', 'raw', '-O', 'qcow2',
+                        raw, qcow2], check=True)
+        image_id = str(uuid.uuid4())
+        self.images.add(image_id, disk_format='qcow2',
+                        size=os.path.getsize(qcow2),
+                        reader=lambda: iter([open(qcow2, 'rb').read()]))
+        vol_id = self.volume_with_old_data()
+        self.reimage(vol_id, image_id)
+        self.assertEqual(data, self.volume_bytes(vol_id, len(data)))
+        self.assertEqual(['qemu-img', 'convert', '-n', '-f', 'raw'],
+                         self.commands[-1][:5])
         self.assert_no_secret_on_command_lines()
 
     def test_reimage_from_the_image_service_stream(self):
