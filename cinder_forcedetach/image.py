@@ -5,13 +5,14 @@ alone decides, as upstream, whether a ``file://`` location may be read
 (``allowed_direct_url_schemes``, empty by default); no location is ever
 handed to qemu-img.
 
-* A raw image is streamed onto the volume without a temporary copy, but its
-  first :data:`HEAD_BYTES` are held back until the format inspector of
-  oslo.utils (the stream inspector Cinder's own was copied from) has seen
-  them: content of another format (a qcow2, vmdk... declared raw) or failing
-  the inspector's safety checks is refused before a byte reaches the volume,
-  and so is a stream larger than the volume.
-* Any other format goes through upstream's ``image_utils.fetch_to_raw`` into
+* A raw image of known size is streamed onto the volume without a temporary
+  copy, but its first :data:`HEAD_BYTES` are held back until the format
+  inspector of oslo.utils (the stream inspector Cinder's own was copied
+  from) has seen them: content of another format (a qcow2, vmdk... declared
+  raw) or failing the inspector's safety checks is refused before a byte
+  reaches the volume, and so is an image larger than the volume (a stream
+  longer than its declared size is cut off at the volume's end).
+* Any other image goes through upstream's ``image_utils.fetch_to_raw`` into
   a temporary raw file in ``image_conversion_dir`` (format inspector,
   ``qemu-img info``, format mismatch, backing and data files, VMDK create
   types, virtual size, conversion and compression options); only then does
@@ -227,9 +228,10 @@ def copy_to_volume(context, image_service, image_id, volume_size_gb,
     meta = image_service.show(context, image_id)
     disk_format = meta.get('disk_format') or 'raw'
     check_allowed(image_id, disk_format, allowed_formats)
-    if disk_format == 'raw' and meta.get('container_format') != 'compressed':
-        if meta.get('size'):
-            check_fits(image_id, int(meta['size']), volume_size_gb)
+    if (disk_format == 'raw' and meta.get('size') and
+            meta.get('container_format') != 'compressed'):
+        # (an unknown size could only be found too large mid-stream)
+        check_fits(image_id, int(meta['size']), volume_size_gb)
         stream_raw(context, image_service, image_id, volume_size_gb,
                    open_destination)
         return 'stream'
