@@ -33,6 +33,7 @@ from cinder.volume import volume_utils
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import image
 from cinder_forcedetach import opts
@@ -64,12 +65,29 @@ class ForceDetachMixin(object):
         force_detach_flow.run(context, self, volume, connector=connector,
                               attachment_id=attachment_id)
 
+    #: Connector fields this driver cannot work without.
+    required_connector_fields = ()
+
+    def validate_connector(self, connector):
+        """Refuse a connector with a missing or malformed field.
+
+        Cinder calls it before ``create_export``/``initialize_connection``;
+        the force-detach flow and :meth:`terminate_connection` call it
+        before revoking anything.  Every tool-facing field present is
+        checked against its grammar
+        (:mod:`cinder_forcedetach.connector_grammar`).
+        """
+        connector_grammar.check(connector, self.required_connector_fields)
+
     def terminate_connection(self, volume, connector, **kwargs):
         """Revoke a host's access (connector None: every host).
 
         Returns True while the export is still used by another attachment
         (Cinder then keeps it), as the manager's attachment-delete expects.
+        A malformed connector is refused before anything is revoked.
         """
+        if connector is not None:
+            self.validate_connector(connector)
         if connector is not None and self._host_has_other_attachment(
                 volume, connector):
             LOG.info('Volume %s has another attachment on host %s; its '

@@ -22,7 +22,6 @@
 CINDER_FORCEDETACH_DIR=${CINDER_FORCEDETACH_DIR:-$DEST/cinder-forcedetach}
 CINDER_FORCEDETACH_VOLUMES_DIR=${CINDER_FORCEDETACH_VOLUMES_DIR:-$DATA_DIR/cinder-forcedetach}
 CINDER_FORCEDETACH_TGT_CONTROL_PORT=${CINDER_FORCEDETACH_TGT_CONTROL_PORT:-0}
-CINDER_FORCEDETACH_FILTERS=${CINDER_CONF_DIR:-/etc/cinder}/rootwrap.d/forcedetach.filters
 
 # The distribution's tgtd service.
 function _cinder_forcedetach_tgt_service {
@@ -39,11 +38,9 @@ function install_cinder_forcedetach {
     else
         install_package scsi-target-utils qemu-img
     fi
+    # No rootwrap filters: tgtadm runs through Cinder's privsep context
+    # (cinder.privsep.sys_admin_pctxt), qemu-img and cp unprivileged.
     setup_develop "$CINDER_FORCEDETACH_DIR"
-    # After configure_cinder: its configure_rootwrap empties rootwrap.d.
-    sudo install -o root -g root -m 644 \
-        "$CINDER_FORCEDETACH_DIR/etc/cinder/rootwrap.d/forcedetach.filters" \
-        "$CINDER_FORCEDETACH_FILTERS"
 }
 
 # Called by lib/cinder's configure_cinder (found with "type") for each
@@ -101,10 +98,9 @@ function stop_cinder_forcedetach {
     fi
 }
 
-# clean: remove the volume files and our rootwrap filters.
+# clean: remove the volume files.
 function cleanup_cinder_forcedetach {
     sudo rm -rf "$CINDER_FORCEDETACH_VOLUMES_DIR"
-    sudo rm -f "$CINDER_FORCEDETACH_FILTERS"
 }
 
 if is_service_enabled c-vol; then

@@ -101,6 +101,7 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
     # -- connectors -----------------------------------------------------------
 
     def validate_connector(self, connector):
+        super(FibreChannelDriver, self).validate_connector(connector)
         self.connector_wwpns(connector)
 
     @staticmethod

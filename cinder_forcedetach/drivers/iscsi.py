@@ -18,6 +18,7 @@ from cinder import interface
 from cinder.volume import volume_utils
 from oslo_log import log as logging
 
+from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.drivers import common
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import mixin
@@ -33,6 +34,7 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
     DEFAULT_BACKEND_NAME = 'tgt_forcedetach'
     protocol = constants.ISCSI
+    required_connector_fields = ('initiator',)
 
     def __init__(self, *args, **kwargs):
         super(TgtISCSIDriver, self).__init__(*args, **kwargs)
@@ -61,12 +63,6 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
     # -- export ------------------------------------------------------------
 
-    def validate_connector(self, connector):
-        initiator = connector.get('initiator')
-        if not isinstance(initiator, str) or not initiator.strip():
-            raise exception.InvalidConnectorException(
-                missing='initiator (an iSCSI initiator name)')
-
     def create_export(self, context, volume, connector):
         """Export the volume; a new export gets a new CHAP account."""
         name = self.target_name(volume)
@@ -86,9 +82,19 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
         name = self.target_name(volume)
         if self.target.find(name) is not None:
             return
-        initiators = [a.connector['initiator']
-                      for a in volume.volume_attachment
-                      if a.connector and a.connector.get('initiator')]
+        initiators = []
+        for attachment in volume.volume_attachment:
+            initiator = (attachment.connector or {}).get('initiator')
+            if not initiator:
+                continue
+            if not connector_grammar.is_iscsi_name(initiator):
+                # Stored before connectors were checked: never granted.
+                LOG.error('Attachment %(att)s of volume %(vol)s has a '
+                          'malformed initiator %(ini)r: not granted.',
+                          {'att': attachment.id, 'vol': volume.id,
+                           'ini': initiator})
+                continue
+            initiators.append(initiator)
         if not initiators:
             return
         username, password = self._chap(volume)

@@ -696,8 +696,8 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
         """Nothing to remove (fencing is done by :meth:`fence_clients`)."""
 
     def validate_connector(self, connector):
-        if not isinstance(connector, dict) or not (
-                connector.get('ip') or connector.get('host')):
+        super(RBDDriver, self).validate_connector(connector)
+        if not (connector.get('ip') or connector.get('host')):
             raise exception.InvalidConnectorException(
                 missing='ip or host (the address its RBD clients use)')
 

@@ -29,6 +29,11 @@ class TargetState(object):
     sessions: list = dataclasses.field(default_factory=list)
     accounts: list = dataclasses.field(default_factory=list)
     acls: list = dataclasses.field(default_factory=list)
+    address_acls: list = dataclasses.field(default_factory=list)
+
+    # acls: initiator-name rules; address_acls: initiator-address rules
+    # (``ALL``, an IP or network), which admit any initiator name from
+    # those addresses.
 
     @property
     def initiators(self):

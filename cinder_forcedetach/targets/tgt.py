@@ -6,12 +6,13 @@ for every error, so "already gone" is recognised by its message, and exit
 107 (daemon unreachable) is always a failure.
 """
 
+import ipaddress
 import re
 
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
-from oslo_utils import strutils
 
+from cinder_forcedetach import connector_grammar
 from cinder_forcedetach import exception
 from cinder_forcedetach.privileged import tgt as privileged_tgt
 from cinder_forcedetach.targets import base
@@ -32,78 +33,137 @@ DAEMON_DOWN_RC = 107
 BACKING_LUN = 1
 
 _TARGET_RE = re.compile(r'^Target (\d+): (\S+)$')
+# Section headers are indented 4 spaces, their entries 8, sub-entries 12.
+_SECTION_RE = re.compile(r'^ {4}(\S.*) information:$')
+_ENTRY_RE = re.compile(r'^ {8}(\S.*)$')
+_SUB_ENTRY_RE = re.compile(r'^ {12}(\S.*)$')
+
+
+def _is_address_acl(entry):
+    """Whether an ACL entry is an address rule (``ALL``, IP, network)."""
+    if entry == 'ALL':
+        return True
+    try:
+        ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+# tgtd prints these sections for every target, once each, in this order.
+SECTIONS = ('System', 'I_T nexus', 'LUN', 'Account', 'ACL')
+
+
+def _check_sections(state, sections):
+    if state is not None and tuple(sections) != SECTIONS:
+        raise exception.TargetCommandFailed(
+            command='show', reason='target %r is listed with sections %s, '
+            'not %s: the listing is ambiguous' % (
+                state.name, ', '.join(sections), ', '.join(SECTIONS)))
 
 
 def parse_targets(output):
-    """Parse ``tgtadm --op show --mode target`` into TargetState objects."""
-    targets = {}
-    current = section = session = None
+    """Parse ``tgtadm --op show --mode target`` into TargetState objects.
+
+    An initiator controls the name and alias it logs in with, which tgtd
+    prints as is, inside the target's I_T nexus section: a newline there
+    could forge any line.  So only lines at the indentation tgtd gives
+    them count, a name is the first word of its line, and a listing whose
+    targets do not each have tgtd's five sections in order, or that names
+    a target or tid twice, is refused rather than guessed at.
+    """
+    targets, tids = {}, set()
+    current = session = None
+    sections = []
     for raw in output.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
         match = _TARGET_RE.match(raw)
         if match:
-            current = base.TargetState(tid=int(match.group(1)),
-                                       name=match.group(2))
-            targets[current.name] = current
-            section = session = None
+            _check_sections(current, sections)
+            tid, name = int(match.group(1)), match.group(2)
+            if name in targets or tid in tids:
+                raise exception.TargetCommandFailed(
+                    command='show', reason='target %r or tid %d is listed '
+                    'twice: the listing is ambiguous' % (name, tid))
+            current = base.TargetState(tid=tid, name=name)
+            targets[name] = current
+            tids.add(tid)
+            sections, session = [], None
             continue
         if current is None:
             continue
-        if line.endswith('information:'):
-            section = line[:-len(' information:')]
+        match = _SECTION_RE.match(raw)
+        if match:
+            sections.append(match.group(1))
+            session = None
             continue
+        section = sections[-1] if sections else None
+        entry = _ENTRY_RE.match(raw)
+        sub = _SUB_ENTRY_RE.match(raw)
         if section == 'I_T nexus':
-            if line.startswith('I_T nexus:'):
-                session = base.Session(sid=int(line.split(':')[1]),
-                                       initiator='', connections=[])
+            if entry and entry.group(1).startswith('I_T nexus:'):
+                session = base.Session(
+                    sid=int(entry.group(1).split(':', 1)[1]),
+                    initiator='', connections=[])
                 current.sessions.append(session)
-            elif line.startswith('Initiator:') and session:
-                session.initiator = line.split()[1]
-            elif line.startswith('Connection:') and session:
-                session.connections.append(int(line.split(':')[1]))
-        elif section == 'LUN' and line.startswith('LUN:'):
-            current.luns.append(int(line.split(':')[1]))
-        elif section == 'Account':
-            current.accounts.append(line.split()[0])
-        elif section == 'ACL':
-            current.acls.append(line)
+            elif sub and session is not None:
+                key, _sep, value = sub.group(1).partition(': ')
+                if key == 'Initiator' and not session.initiator:
+                    session.initiator = value.split(' ', 1)[0]
+                elif key == 'Connection' and value.isdigit():
+                    session.connections.append(int(value))
+        elif section == 'LUN' and entry and entry.group(1).startswith(
+                'LUN:'):
+            current.luns.append(int(entry.group(1).split(':', 1)[1]))
+        elif section == 'Account' and entry:
+            current.accounts.append(entry.group(1).split()[0])
+        elif section == 'ACL' and entry:
+            acl = entry.group(1)
+            if _is_address_acl(acl):
+                current.address_acls.append(acl)
+            else:
+                current.acls.append(acl)
+    _check_sections(current, sections)
     return targets
 
 
 class TgtAdm(base.ExportTarget):
-    """Exports volumes through one ``tgtd`` instance."""
+    """Exports volumes through one ``tgtd`` instance.
 
-    def __init__(self, control_port=0, run=privileged_tgt.tgtadm):
+    :param ops: the privileged operations (:mod:`..privileged.tgt`); each
+        takes the control port first and returns ``(code, out, err)``.
+    """
+
+    def __init__(self, control_port=0, ops=privileged_tgt):
         self.control_port = control_port
-        self._run = run
+        self._ops = ops
 
     # -- plumbing --------------------------------------------------------
 
-    def _tgtadm(self, *args, ignore_gone=False, ignore_exists=False):
-        args = ('-C', str(self.control_port), '--lld', 'iscsi') + args
-        LOG.debug('tgtadm %s', strutils.mask_password(' '.join(args)))
-        code, out, err = self._run(args)
+    def _tgtadm(self, operation, *args, ignore_gone=False,
+                ignore_exists=False, secret=False):
+        LOG.debug('tgtadm %s %s', operation,
+                  args[0] if secret else ' '.join(str(a) for a in args))
+        code, out, err = getattr(self._ops, operation)(self.control_port,
+                                                       *args)
         if code == 0:
             return out
         message = (err or '').strip()
-        op = ' '.join(args[4:8])
         if code == DAEMON_DOWN_RC or (
                 'Transport endpoint is not connected' in message):
             raise exception.TargetDaemonUnavailable(
                 reason='tgtd on control port %s: %s' % (
                     self.control_port, message))
         if ignore_gone and any(m in message for m in GONE_MESSAGES):
-            LOG.debug('tgtadm %s: already gone (%s)', op, message)
+            LOG.debug('tgtadm %s: already gone (%s)', operation, message)
             return ''
         if ignore_exists and EXISTS_MARKER in message:
             return ''
-        raise exception.TargetCommandFailed(command=op, reason=message)
+        raise exception.TargetCommandFailed(command=operation,
+                                            reason=message)
 
     def list_targets(self):
         """All targets the daemon has, keyed by target name."""
-        return parse_targets(self._tgtadm('--op', 'show', '--mode', 'target'))
+        return parse_targets(self._tgtadm('show_targets'))
 
     def find(self, name):
         return self.list_targets().get(name)
@@ -117,19 +177,16 @@ class TgtAdm(base.ExportTarget):
             state = targets.get(name)
             if state is None:
                 tid = max([t.tid for t in targets.values()] or [0]) + 1
-                self._tgtadm('--op', 'new', '--mode', 'target', '--tid',
-                             str(tid), '--targetname', name)
+                self._tgtadm('new_target', tid, name)
                 state = base.TargetState(tid=tid, name=name)
         if BACKING_LUN not in state.luns:
-            self._tgtadm('--op', 'new', '--mode', 'logicalunit', '--tid',
-                         str(state.tid), '--lun', str(BACKING_LUN),
-                         '--backing-store', path, ignore_exists=True)
+            self._tgtadm('new_lun', state.tid, BACKING_LUN, path,
+                         ignore_exists=True)
             state.luns.append(BACKING_LUN)
         if username and username not in state.accounts:
-            self._tgtadm('--op', 'new', '--mode', 'account', '--user',
-                         username, '--password', password, ignore_exists=True)
-            self._tgtadm('--op', 'bind', '--mode', 'account', '--tid',
-                         str(state.tid), '--user', username,
+            self._tgtadm('new_account', username, password,
+                         ignore_exists=True, secret=True)
+            self._tgtadm('bind_account', state.tid, username,
                          ignore_exists=True)
             state.accounts.append(username)
         return state
@@ -137,8 +194,7 @@ class TgtAdm(base.ExportTarget):
     def grant(self, name, initiator):
         state = self._require(name)
         if initiator not in state.acls:
-            self._tgtadm('--op', 'bind', '--mode', 'target', '--tid',
-                         str(state.tid), '--initiator-name', initiator,
+            self._tgtadm('bind_initiator', state.tid, initiator,
                          ignore_exists=True)
 
     def _require(self, name):
@@ -150,20 +206,34 @@ class TgtAdm(base.ExportTarget):
 
     # -- teardown --------------------------------------------------------
 
-    def _revoke_state(self, state, initiators):
-        """Unbind ACLs first so a reconnect is refused, then drop sessions."""
+    def _revoke_state(self, state, initiators, everyone=False):
+        """Unbind ACLs first so a reconnect is refused, then drop sessions.
+
+        *everyone*: also the address rules (``ALL``, networks, as
+        upstream's helper binds) and the sessions of any initiator name.
+        """
         for initiator in initiators:
-            if initiator in state.acls:
-                self._tgtadm('--op', 'unbind', '--mode', 'target', '--tid',
-                             str(state.tid), '--initiator-name', initiator,
+            if initiator not in state.acls:
+                continue
+            if connector_grammar.is_iscsi_name(initiator):
+                self._tgtadm('unbind_initiator', state.tid, initiator,
                              ignore_gone=True)
-                state.acls.remove(initiator)
+            else:
+                # Cannot come from us; only removing the target removes it.
+                LOG.warning('Target %(tgt)s has an ACL entry %(acl)r that '
+                            'is not an iSCSI name; it goes with the target.',
+                            {'tgt': state.name, 'acl': initiator})
+            state.acls.remove(initiator)
+        if everyone:
+            for address in list(state.address_acls):
+                self._tgtadm('unbind_address', state.tid, address,
+                             ignore_gone=True)
+                state.address_acls.remove(address)
         for session in [s for s in state.sessions
-                        if s.initiator in initiators]:
+                        if everyone or s.initiator in initiators]:
             for cid in session.connections or [0]:
-                self._tgtadm('--op', 'delete', '--mode', 'conn', '--tid',
-                             str(state.tid), '--sid', str(session.sid),
-                             '--cid', str(cid), ignore_gone=True)
+                self._tgtadm('delete_connection', state.tid, session.sid,
+                             cid, ignore_gone=True)
             state.sessions.remove(session)
 
     def revoke(self, name, initiators=None):
@@ -171,24 +241,22 @@ class TgtAdm(base.ExportTarget):
         if state is None:
             return []
         if initiators is None:
-            initiators = state.initiators
-        self._revoke_state(state, list(initiators))
-        return list(state.acls)
+            self._revoke_state(state, list(state.acls), everyone=True)
+        else:
+            self._revoke_state(state, list(initiators))
+        return state.acls + state.address_acls
 
     def unexport(self, name):
         state = self.find(name)
         if state is None:
             LOG.debug('Target %s already removed.', name)
             return
-        self._revoke_state(state, state.initiators)
-        # --force also removes the LUNs (and a session that raced in).
-        self._tgtadm('--op', 'delete', '--mode', 'target', '--tid',
-                     str(state.tid), '--force', ignore_gone=True)
+        self._revoke_state(state, list(state.acls), everyone=True)
+        # The target goes with its LUNs and any session that raced in.
+        self._tgtadm('delete_target', state.tid, ignore_gone=True)
         for account in state.accounts:
-            self._tgtadm('--op', 'delete', '--mode', 'account', '--user',
-                         account, ignore_gone=True)
+            self._tgtadm('delete_account', account, ignore_gone=True)
 
     def delete_account(self, username):
         """Remove a CHAP account that may be left from an interrupted run."""
-        self._tgtadm('--op', 'delete', '--mode', 'account', '--user',
-                     username, ignore_gone=True)
+        self._tgtadm('delete_account', username, ignore_gone=True)

@@ -145,6 +145,10 @@ class QemuIoInitiator(object):
     def _command(self, line, timeout):
         """Send *line*; return its output, or None on timeout/exit."""
         self.output = b''
+        if line is not None and self.proc.poll() is not None:
+            # Exited (e.g. its login was refused): under eventlet a write
+            # to its closed pipe spins instead of failing.
+            return None
         if line is not None:
             self.proc.stdin.write(line.encode() + b'\n')
             self.proc.stdin.flush()

@@ -12,6 +12,7 @@ from oslo_config import fixture as config_fixture
 import testtools
 
 from cinder_forcedetach import exception
+from cinder_forcedetach.privileged import tgt as privileged_tgt
 from cinder_forcedetach.targets import tgt
 
 IQN = 'iqn.2010-10.org.openstack:volume-1'
@@ -45,16 +46,24 @@ def show(sessions=(), acls=(), accounts=('chapuser',), tid=1, name=IQN):
 
 
 class FakeTgtadm(object):
-    """Answers tgtadm like the daemon; records each command."""
+    """Answers tgtadm like the daemon; records each command.
+
+    It stands behind the real privileged operations' argument checks
+    (:class:`privileged_tgt.Commands`): only the process is faked.
+    """
 
     def __init__(self, listing='', errors=None):
         self.listing = listing
         self.errors = dict(errors or {})
         self.commands = []
 
-    def __call__(self, args):
-        assert args[:4] == ('-C', '7', '--lld', 'iscsi'), args
-        args = args[4:]
+    def __getattr__(self, operation):
+        build = getattr(privileged_tgt.Commands, operation)
+        return lambda *args: self(build(*args))
+
+    def __call__(self, argv):
+        assert argv[:5] == ('tgtadm', '-C', '7', '--lld', 'iscsi'), argv
+        args = argv[5:]
         op = ' '.join(args[:4])
         self.commands.append(op if op.startswith('--op show') else
                              ' '.join(args))
@@ -98,7 +107,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
     def test_revoke(self, case, listing, initiators, errors, expected,
                     remaining):
         fake = FakeTgtadm(listing, errors)
-        target = tgt.TgtAdm(control_port=7, run=fake)
+        target = tgt.TgtAdm(control_port=7, ops=fake)
         self.assertEqual(remaining, target.revoke(IQN, initiators), case)
         self.assertEqual(['--op show --mode target'] + expected,
                          fake.commands, case)
@@ -123,14 +132,14 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
     )
     def test_unexport(self, case, listing, errors, expected):
         fake = FakeTgtadm(listing, errors)
-        tgt.TgtAdm(control_port=7, run=fake).unexport(IQN)
+        tgt.TgtAdm(control_port=7, ops=fake).unexport(IQN)
         self.assertEqual(['--op show --mode target'] + expected,
                          fake.commands, case)
 
     def test_target_delete_failure_keeps_the_account(self):
         fake = FakeTgtadm(show(), {'--op delete --mode target': (
             22, 'this target is still active')})
-        target = tgt.TgtAdm(control_port=7, run=fake)
+        target = tgt.TgtAdm(control_port=7, ops=fake)
         self.assertRaises(exception.TargetCommandFailed,
                           target.unexport, IQN)
         self.assertNotIn('--op delete --mode account --user chapuser',
@@ -141,7 +150,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
         fake = FakeTgtadm(errors={'--op show': (
             107, 'failed to send request hdr to tgt daemon, Transport '
                  'endpoint is not connected')})
-        target = tgt.TgtAdm(control_port=7, run=fake)
+        target = tgt.TgtAdm(control_port=7, ops=fake)
         self.assertRaises(exception.TargetDaemonUnavailable,
                           getattr(target, method), IQN)
 
@@ -149,7 +158,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
         fake = FakeTgtadm(show(sessions=[(3, HOST_A)], acls=[HOST_A]), {
             '--op delete --mode conn': (107, 'Transport endpoint is not '
                                              'connected')})
-        target = tgt.TgtAdm(control_port=7, run=fake)
+        target = tgt.TgtAdm(control_port=7, ops=fake)
         self.assertRaises(exception.TargetDaemonUnavailable,
                           target.unexport, IQN)
         self.assertNotIn('--op delete --mode target --tid 1 --force',
@@ -158,7 +167,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
     def test_other_error_is_not_swallowed(self):
         fake = FakeTgtadm(show(acls=[HOST_A]), {
             '--op unbind': (22, 'out of memory')})
-        target = tgt.TgtAdm(control_port=7, run=fake)
+        target = tgt.TgtAdm(control_port=7, ops=fake)
         err = self.assertRaises(exception.TargetCommandFailed,
                                 target.revoke, IQN, [HOST_A])
         self.assertIn('out of memory', str(err))
@@ -175,7 +184,7 @@ class TgtAdmExportTestCase(testtools.TestCase):
     def test_new_export_takes_next_tid_and_chap(self):
         other = show(tid=4, name='iqn.other', accounts=())
         fake = FakeTgtadm(other)
-        state = tgt.TgtAdm(control_port=7, run=fake).export(
+        state = tgt.TgtAdm(control_port=7, ops=fake).export(
             IQN, '/v/volume-1', 'user', 's3cret')
         self.assertEqual(5, state.tid)
         self.assertEqual(
@@ -188,13 +197,13 @@ class TgtAdmExportTestCase(testtools.TestCase):
 
     def test_existing_export_is_reused(self):
         fake = FakeTgtadm(show(accounts=['user']))
-        tgt.TgtAdm(control_port=7, run=fake).export(
+        tgt.TgtAdm(control_port=7, ops=fake).export(
             IQN, '/v/volume-1', 'user', 's3cret')
         self.assertEqual(['--op show --mode target'], fake.commands)
 
     def test_grant_is_idempotent(self):
         fake = FakeTgtadm(show(acls=[HOST_A]))
-        target = tgt.TgtAdm(control_port=7, run=fake)
+        target = tgt.TgtAdm(control_port=7, ops=fake)
         target.grant(IQN, HOST_A)
         target.grant(IQN, HOST_B)
         self.assertEqual(
@@ -218,3 +227,65 @@ class ParseTestCase(testtools.TestCase):
                           for s in first.sessions])
         self.assertEqual([HOST_A, HOST_B], first.initiators)
         self.assertEqual([], targets['iqn.b'].accounts)
+
+
+class HostileListingTestCase(testtools.TestCase):
+    """An initiator controls the name and alias tgtd prints for it."""
+
+    def test_forged_target_in_a_session_is_refused(self):
+        forged = HOST_A + ' alias: x\nTarget 9: ' + IQN + '\n        y'
+        listing = show(sessions=[(3, forged)], acls=[HOST_A])
+        err = self.assertRaises(exception.TargetCommandFailed,
+                                tgt.parse_targets, listing)
+        self.assertIn('ambiguous', str(err))
+
+    def test_forged_tid_is_refused(self):
+        forged = HOST_A + ' alias: x\nTarget 1: iqn.x:y\n        y'
+        self.assertRaises(exception.TargetCommandFailed, tgt.parse_targets,
+                          show(sessions=[(3, forged)]))
+
+    def test_forged_section_is_refused(self):
+        forged = HOST_A + ' alias: x\n    ACL information:\n        ALL'
+        self.assertRaises(exception.TargetCommandFailed, tgt.parse_targets,
+                          show(sessions=[(3, forged)], acls=[HOST_B]))
+
+    def test_forged_entries_do_not_rename_a_session(self):
+        forged = HOST_A + ' alias: x\n            Initiator: ' + HOST_B
+        state = tgt.parse_targets(show(sessions=[(3, forged)],
+                                       acls=[HOST_B]))[IQN]
+        self.assertEqual([HOST_B], state.acls)
+        self.assertEqual([(3, HOST_A)], [(s.sid, s.initiator)
+                                         for s in state.sessions])
+
+    def test_address_rules_are_apart_from_names(self):
+        state = tgt.parse_targets(show(
+            acls=['ALL', '127.0.0.0/8', '198.51.100.7', HOST_A]))[IQN]
+        self.assertEqual([HOST_A], state.acls)
+        self.assertEqual(['ALL', '127.0.0.0/8', '198.51.100.7'],
+                         state.address_acls)
+
+    def test_revoke_all_unbinds_address_rules(self):
+        fake = FakeTgtadm(show(sessions=[(3, 'iqn.2026-01.org.x:any')],
+                               acls=['ALL', HOST_A]))
+        remaining = tgt.TgtAdm(control_port=7, ops=fake).revoke(IQN)
+        self.assertEqual([], remaining)
+        self.assertEqual(
+            ['--op show --mode target',
+             '--op unbind --mode target --tid 1 --initiator-name ' + HOST_A,
+             '--op unbind --mode target --tid 1 --initiator-address ALL',
+             '--op delete --mode conn --tid 1 --sid 3 --cid 0'],
+            fake.commands)
+
+    def test_revoke_one_host_reports_an_address_rule_left(self):
+        fake = FakeTgtadm(show(acls=['ALL', HOST_A]))
+        remaining = tgt.TgtAdm(control_port=7, ops=fake).revoke(IQN,
+                                                                [HOST_A])
+        self.assertEqual(['ALL'], remaining)
+
+    def test_unparsable_acl_name_goes_with_the_target(self):
+        fake = FakeTgtadm(show(acls=['iqn.2026-01.org.example:b;x']))
+        tgt.TgtAdm(control_port=7, ops=fake).unexport(IQN)
+        self.assertEqual(
+            ['--op show --mode target',
+             '--op delete --mode target --tid 1 --force',
+             '--op delete --mode account --user chapuser'], fake.commands)
