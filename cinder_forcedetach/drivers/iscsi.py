@@ -168,9 +168,33 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
     # -- force-detach hooks ------------------------------------------------
 
     def revoke_host_access(self, volume, connector):
-        initiators = None if connector is None else [connector['initiator']]
-        remaining = self.target.revoke(self.target_name(volume), initiators)
-        return bool(remaining)
+        """Unbind the host's ACL and drop its sessions (None: every host).
+
+        An export made by upstream's helper admits any initiator name
+        (``initiator-address ALL``): it is narrowed to the exact
+        initiators of the attachments Cinder keeps before the host's
+        sessions are dropped, so the host cannot log back in.
+        """
+        name = self.target_name(volume)
+        if connector is None:
+            return bool(self.target.revoke(name))
+        keep = self._kept_initiators(volume, connector)
+        return bool(self.target.revoke(name, [connector['initiator']],
+                                       keep=keep))
+
+    @staticmethod
+    def _kept_initiators(volume, connector):
+        """Initiators of live attachments of hosts other than *connector*."""
+        kept = []
+        for attachment in volume.volume_attachment:
+            other = attachment.connector or {}
+            initiator = other.get('initiator')
+            if (force_detach_flow.is_live(attachment) and
+                    connector_grammar.is_iscsi_name(initiator) and
+                    not force_detach_flow.same_host(other, connector) and
+                    initiator not in kept):
+                kept.append(initiator)
+        return kept
 
     def local_connection_info(self, volume, connector):
         return {'driver_volume_type': 'iscsi',

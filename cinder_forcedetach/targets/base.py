@@ -63,11 +63,13 @@ class ExportTarget(object, metaclass=abc.ABCMeta):
         """Allow *initiator* to log in to target *name*."""
 
     @abc.abstractmethod
-    def revoke(self, name, initiators=None):
+    def revoke(self, name, initiators=None, keep=()):
         """Forbid and disconnect *initiators* (all when None).
 
-        Returns the initiators still granted afterwards (empty when the
-        target does not exist).
+        *keep* names the initiators of attachments that stay: they keep
+        access even where the target admitted hosts by address.  Returns
+        the ACL entries left afterwards (empty when the target does not
+        exist).
         """
 
     @abc.abstractmethod

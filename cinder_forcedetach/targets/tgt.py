@@ -236,15 +236,48 @@ class TgtAdm(base.ExportTarget):
                              cid, ignore_gone=True)
             state.sessions.remove(session)
 
-    def revoke(self, name, initiators=None):
+    def revoke(self, name, initiators=None, keep=()):
+        """See :meth:`base.ExportTarget.revoke`.
+
+        *keep*: initiators of the attachments that stay.  Only an export
+        with address rules needs them (see :meth:`_narrow`).
+        """
         state = self.find(name)
         if state is None:
             return []
         if initiators is None:
             self._revoke_state(state, list(state.acls), everyone=True)
+        elif state.address_acls:
+            state = self._narrow(state, list(initiators), list(keep))
         else:
             self._revoke_state(state, list(initiators))
         return state.acls + state.address_acls
+
+    def _narrow(self, state, initiators, keep):
+        """Replace address rules by the *keep* names, then revoke the rest.
+
+        An address rule (``ALL``, as upstream's helper binds) admits any
+        initiator name, so unbinding one name would not cut its host: the
+        kept names are bound, the address rules removed, and then every
+        session of an initiator that is not kept is dropped.
+        """
+        for initiator in keep:
+            if initiator not in state.acls:
+                self._tgtadm('bind_initiator', state.tid, initiator,
+                             ignore_exists=True)
+        for address in state.address_acls:
+            self._tgtadm('unbind_address', state.tid, address,
+                         ignore_gone=True)
+        LOG.info('Target %(tgt)s: address rule(s) %(rules)s replaced by '
+                 'the initiators Cinder keeps (%(keep)s).',
+                 {'tgt': state.name, 'rules': ', '.join(state.address_acls),
+                  'keep': ', '.join(keep) or 'none'})
+        # Listed again: a session that logged in meanwhile is seen too.
+        state = self.find(state.name) or state
+        unkept = {s.initiator for s in state.sessions
+                  if s.initiator not in keep}
+        self._revoke_state(state, sorted(set(initiators) | unkept))
+        return state
 
     def unexport(self, name):
         state = self.find(name)

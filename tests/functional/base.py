@@ -30,6 +30,10 @@ from tests.functional import fixtures as fd_fixtures
 CONF = cfg.CONF
 DRIVER = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
 BACKEND = configuration.SHARED_CONF_GROUP
+# What keystonemiddleware sets for a request with a valid service token
+# (this API runs with noauth): Cinder's bug 2004555 guard then lets a
+# service detach an attachment Nova holds.
+SERVICE = {'X-Service-Roles': 'service'}
 
 
 def initiator_name(host):
@@ -138,14 +142,16 @@ class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
         return att, att['connection_info']
 
     def force_detach_api(self, volume_id, connector=None, attachment_id=None,
-                         status=202):
+                         status=202, service=False):
+        """os-force_detach; *service*: as a service (Nova's token)."""
         body = {'os-force_detach': {}}
         if connector is not None:
             body['os-force_detach']['connector'] = connector
         if attachment_id:
             body['os-force_detach']['attachment_id'] = attachment_id
         return self.api.api_post('/volumes/%s/action' % volume_id, body,
-                                 check_response_status=[status])
+                                 check_response_status=[status],
+                                 headers=SERVICE if service else {})
 
 
 class CinderTgtTestCase(CinderServicesTestCase):

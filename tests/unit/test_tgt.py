@@ -276,11 +276,21 @@ class HostileListingTestCase(testtools.TestCase):
              '--op delete --mode conn --tid 1 --sid 3 --cid 0'],
             fake.commands)
 
-    def test_revoke_one_host_reports_an_address_rule_left(self):
-        fake = FakeTgtadm(show(acls=['ALL', HOST_A]))
-        remaining = tgt.TgtAdm(control_port=7, ops=fake).revoke(IQN,
-                                                                [HOST_A])
-        self.assertEqual(['ALL'], remaining)
+    def test_revoke_one_host_of_an_address_rule_export(self):
+        """Upstream's ALL export: narrowed to the kept names first."""
+        other = 'iqn.2026-01.org.example:unlisted'
+        fake = FakeTgtadm(show(sessions=[(3, HOST_A), (4, HOST_B),
+                                         (5, other)], acls=['ALL']))
+        tgt.TgtAdm(control_port=7, ops=fake).revoke(IQN, [HOST_A],
+                                                    keep=[HOST_B])
+        self.assertEqual(
+            ['--op show --mode target',
+             '--op bind --mode target --tid 1 --initiator-name ' + HOST_B,
+             '--op unbind --mode target --tid 1 --initiator-address ALL',
+             '--op show --mode target',
+             '--op delete --mode conn --tid 1 --sid 3 --cid 0',
+             '--op delete --mode conn --tid 1 --sid 5 --cid 0'],
+            fake.commands)
 
     def test_unparsable_acl_name_goes_with_the_target(self):
         fake = FakeTgtadm(show(acls=['iqn.2026-01.org.example:b;x']))
