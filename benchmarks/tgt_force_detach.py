@@ -1,169 +1,790 @@
 #!/usr/bin/env python3
 """Force-detach teardown of N live tgt exports: ours against upstream's.
 
-For N = 1, 10, 100 (``--sizes``) it exports N volumes on one real tgtd
-(same kind of target for both sides: one target per volume, LUN 1 on a
-sparse file, a CHAP account and an initiator ACL), logs a live qemu-io
-initiator into each, then times the backend teardown of all N:
+Both sides run on one real tgtd (control port 0, portal on 127.0.0.1 at a
+free port), one after the other, each starting from an empty daemon, each
+exporting N volumes (sparse files) its own way:
 
-* ours: the driver hooks force-detach runs
-  (``TgtISCSIDriver.revoke_host_access(volume, None)`` then
-  ``remove_export``);
-* upstream: Cinder's tgt helper
-  (``cinder.volume.targets.tgt.TgtAdm.remove_iscsi_target``, i.e.
-  ``tgt-admin --force --delete`` plus its retry), privsep in-process.
+* ours: ``TgtISCSIDriver.create_export`` + ``initialize_connection`` for
+  the initiator (a target per volume, LUN 1, the export's own CHAP account,
+  an ACL for the initiator name); teardown is what force-detach runs in the
+  driver: ``revoke_host_access(volume, None)`` then ``remove_export`` (as
+  the working tree has it: Cinder's coordinator is started, file backend,
+  for the volume lock our driver may take).
+* upstream: Cinder's own helper, ``cinder.volume.targets.tgt.TgtAdm``:
+  ``create_export`` -> ``create_iscsi_target`` writes its target file in a
+  temporary ``volumes_dir`` (its CHAP ``incominguser``, its defaults) and
+  runs ``tgt-admin --update``, which binds ``initiator-address ALL``;
+  teardown is ``remove_iscsi_target`` (``tgt-admin --delete --force`` plus
+  its check and retry; the ``show_target`` that upstream's
+  ``remove_export`` runs first is left out, in upstream's favour).
+  Nothing of upstream's code is changed: its privsep calls run in-process,
+  and its ``tgt-admin`` runs get ``-c FILE`` naming a tgt config that
+  includes the temporary ``volumes_dir`` (what devstack adds to
+  /etc/tgt/targets.conf).  Its ``tgtadm``/``tgt-admin`` talk to control
+  port 0, so this benchmark starts its own tgtd there and refuses to run
+  when one already answers; the whole run holds an exclusive ``flock`` on
+  /tmp/coord/tgtd-port0.lock, so other users of control port 0 wait.
 
-It prints wall time per N, the ratio ours/upstream, and what each side
-left behind (targets and sessions still on the daemon).  Upstream's helper
-talks to tgtd's default control port, so the benchmark starts a tgtd on
-control port 0 and refuses to run if one is already there.
+Each side first exports and tears down one volume untimed (warm-up).
+Then, per N: export N volumes, log a live qemu-io (libiscsi) initiator in
+to each with the credentials that side handed out, write through each,
+and time the teardown of all N.  Printed per side: wall time (and per
+volume), targets, sessions and CHAP accounts left on the daemon; whether
+the held initiators can still write (each tries one 4 KiB write after the
+teardown: acknowledged / error / no answer, and the bytes that landed in
+the backing files); whether a new login with the old credentials succeeds
+(and what its write lands).  Then the ratio ours/upstream, computed from
+the two measured times, and a table of how our per-volume cost grows with
+the targets on one tgtd (the listing each lookup reads, timed at each N,
+and our teardown split into listing calls, other tgtadm calls and the
+rest), with the reason printed.
+
+Sizes: 1, 10, 100 by default.  ``--sizes 1,10,100,1000`` adds N=1000 for
+our side; upstream runs only up to ``--upstream-max`` (default 100): its
+export alone costs ~0.7 s a volume at N=100 and more beyond (every
+``tgt-admin`` run re-reads all target files and lists all targets), so
+N=1000 on its side takes well over half an hour (``--upstream-max 1000``).
+Sessions: a qemu-io session holds ~9 MB RSS (~1 MB private), so by default
+every volume gets one (``--max-sessions``, default 1000); above it the
+sessions are held on an evenly spread sample and the output says so.
+CHAP passwords never appear in the output.
 
 Usage: .venv/bin/python benchmarks/tgt_force_detach.py [--sizes 1,10,100]
+           [--upstream-max 100] [--max-sessions 1000]
 """
 
 import argparse
+import fcntl
+import logging
 import os
+import re
+import select
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import types
+import uuid
+import warnings
 
+warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 
+from cinder import context as cinder_context  # noqa: E402
+from cinder import coordination  # noqa: E402
 from cinder import exception as cinder_exception  # noqa: E402
 import cinder.privsep  # noqa: E402
+import cinder.privsep.targets.tgt as upstream_privsep_tgt  # noqa: E402
 from cinder.volume import configuration  # noqa: E402
 from cinder.volume import driver as cinder_driver  # noqa: E402
 from cinder.volume.targets import tgt as upstream_tgt  # noqa: E402
 from oslo_concurrency import lockutils  # noqa: E402
+from oslo_concurrency import processutils  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 
 from cinder_forcedetach.drivers import iscsi  # noqa: E402
+from cinder_forcedetach import opts as fd_opts  # noqa: E402
+from cinder_forcedetach.targets import tgt as ours_tgt  # noqa: E402
 from tests.functional import fixtures as fd_fixtures  # noqa: E402
 
-PREFIX = 'iqn.2010-10.org.openstack:'
-INITIATOR = 'iqn.2026-11.org.cinder-forcedetach.bench:compute1'
+CONF = cfg.CONF
+LOCK_PATH = '/tmp/coord/tgtd-port0.lock'
+CONTROL_PORT = 0
+OURS_GROUP = 'bench_forcedetach'
+UPSTREAM_GROUP = 'bench_upstream'
+CONNECTOR = {'host': 'compute1', 'ip': '127.0.0.1', 'multipath': False,
+             'platform': 'x86_64', 'os_type': 'linux',
+             'initiator': 'iqn.2026-11.org.cinder-forcedetach.bench:compute1'}
+VOLUME_SIZE_GB = 1
+BLOCK = 4096
+# (pattern, offset) of the write before the teardown, of the held
+# initiator's write after it, and of a new login's write.
+LIVE_WRITE = (0x5a, 0)
+HELD_WRITE = (0xa5, 1 << 20)
+NEW_WRITE = (0xc3, 2 << 20)
+SPAWN_CHUNK = 50
+OPEN_TIMEOUT = 60
+WRITE_TIMEOUT = 5
+LOGIN_TIMEOUT = 10
+
+SECRETS = set()
 
 
-class Volume(types.SimpleNamespace):
-    """The attributes of a Cinder volume the teardown reads."""
+def redact(text):
+    for secret in SECRETS:
+        text = text.replace(secret, '***')
+    return text
+
+
+class RedactingHandler(logging.StreamHandler):
+    """Log to stderr with secrets masked, and only the first few records."""
+
+    LIMIT = 10
+
+    def __init__(self):
+        super(RedactingHandler, self).__init__(sys.stderr)
+        self.setFormatter(logging.Formatter('%(levelname)s %(name)s: '
+                                            '%(message)s'))
+        self.count = 0
+
+    def format(self, record):
+        return redact(super(RedactingHandler, self).format(record))
+
+    def emit(self, record):
+        self.count += 1
+        if self.count <= self.LIMIT:
+            super(RedactingHandler, self).emit(record)
+        elif self.count == self.LIMIT + 1:
+            self.stream.write('(further log records suppressed)\n')
+
+
+def set_up_logging():
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(RedactingHandler())
+    root.setLevel(logging.ERROR)
+
+
+class Volume(dict):
+    """A volume both drivers can read: ``vol['name']`` and ``vol.name``."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key)
+
+
+class NoVolumeRows(object):
+    """Upstream's helper looks for CHAP in the DB; new volumes have none."""
+
+    @staticmethod
+    def volume_get(context, volume_id):
+        raise cinder_exception.VolumeNotFound(volume_id=volume_id)
+
+
+# -- the daemon --------------------------------------------------------------
+
+def tgtadm(*args):
+    return subprocess.run(('tgtadm', '-C', str(CONTROL_PORT), '--lld',
+                           'iscsi') + args, capture_output=True, text=True)
+
+
+def take_port0_lock():
+    os.makedirs(os.path.dirname(LOCK_PATH), exist_ok=True)
+    lock = open(LOCK_PATH, 'a')
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print('waiting for %s (another run uses tgtd control port 0)'
+              % LOCK_PATH, flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
 
 
 def start_tgtd(workdir):
-    if os.path.exists(os.path.join(fd_fixtures.TGTD_SOCKET_DIR,
-                                   'socket.0')):
-        probe = subprocess.run(['tgtadm', '--op', 'show', '--mode', 'sys'],
-                               capture_output=True)
-        if probe.returncode == 0:
-            sys.exit('a tgtd already runs on control port 0; stop it first')
+    if tgtadm('--op', 'show', '--mode', 'sys').returncode == 0:
+        sys.exit('a tgtd already answers on control port 0; this benchmark '
+                 'needs its own there (upstream\'s helper has no -C): stop '
+                 'it first')
     daemon = fd_fixtures.Tgtd(workdir)
-    daemon.control_port = 0
+    daemon.control_port = CONTROL_PORT
     daemon.start()
     return daemon
 
 
-def export_all(target, workdir, tag, count, port):
-    """N exported volumes, each held by a live qemu-io initiator."""
-    volumes, sessions = [], []
-    for i in range(count):
-        name = 'volume-bench-%s-%03d' % (tag, i)
-        path = os.path.join(workdir, name)
-        with open(path, 'wb') as f:
-            f.truncate(64 << 20)
-        user, password = 'u%s%03d' % (tag, i), 'benchpass%s%03d' % (tag, i)
-        target.export(PREFIX + name, path, user, password)
-        target.grant(PREFIX + name, INITIATOR)
-        volumes.append(Volume(name=name, id=name, path=path,
-                              provider_auth='CHAP %s %s' % (user, password)))
-    for vol in volumes:
-        user, password = vol.provider_auth.split()[1:]
-        sessions.append(fd_fixtures.QemuIoInitiator(
-            '127.0.0.1:%d' % port, PREFIX + vol.name, INITIATOR, user,
-            password))
-    for session in sessions:
-        if session.write(0x5a) is not True:
-            raise RuntimeError('an initiator could not write')
-    return volumes, sessions
+def listing():
+    return tgtadm('--op', 'show', '--mode', 'target').stdout
 
 
-def leftovers(target, volumes):
-    names = {PREFIX + v.name for v in volumes}
-    states = [s for n, s in target.list_targets().items() if n in names]
-    return len(states), sum(len(s.sessions) for s in states)
+def daemon_state():
+    """(targets, sessions, CHAP accounts) on the daemon, read from tgtadm."""
+    out = listing()
+    targets = len(re.findall(r'^Target \d+: ', out, re.M))
+    sessions = len(re.findall(r'^ {8}I_T nexus: \d+$', out, re.M))
+    return targets, sessions, len(accounts())
 
 
-def ours(driver, volumes):
-    for vol in volumes:
-        driver.revoke_host_access(vol, None)
-        driver.remove_export(None, vol)
+def accounts():
+    out = tgtadm('--op', 'show', '--mode', 'account').stdout
+    return [line.strip() for line in out.splitlines()[1:] if line.strip()]
 
 
-def upstream(helper, volumes, volumes_dir):
-    failures = 0
-    for vol in volumes:
-        # Upstream keeps a per-volume config file and checks it first.
-        open(os.path.join(volumes_dir, vol.name), 'w').close()
+def wipe_daemon():
+    """Remove whatever a side left, so the next starts from nothing."""
+    for tid in re.findall(r'^Target (\d+): ', listing(), re.M):
+        tgtadm('--op', 'delete', '--mode', 'target', '--tid', tid,
+               '--force')
+    for user in accounts():
+        tgtadm('--op', 'delete', '--mode', 'account', '--user', user)
+    if any(daemon_state()):
+        raise RuntimeError('could not empty tgtd: %s targets, %s sessions, '
+                           '%s accounts left' % daemon_state())
+
+
+def median_time(func, rounds=5):
+    times = []
+    for _ in range(rounds):
+        start = time.monotonic()
+        func()
+        times.append(time.monotonic() - start)
+    return statistics.median(times)
+
+
+# -- live initiators ---------------------------------------------------------
+
+class Initiator(object):
+    """One qemu-io holding (or trying to open) an iSCSI session.
+
+    The CHAP password goes through a 0600 secret file, never argv.  Many
+    are driven at once by :func:`converse`.
+    """
+
+    PROMPT = b'qemu-io> '
+
+    def __init__(self, info, secret_dir):
+        secret = os.path.join(secret_dir, uuid.uuid4().hex)
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, info['auth_password'].encode())
+        os.close(fd)
+        opts = ['driver=iscsi', 'transport=tcp',
+                'portal=%s' % info['target_portal'],
+                'target=%s' % info['target_iqn'],
+                'lun=%d' % info['target_lun'],
+                'initiator-name=%s' % CONNECTOR['initiator'],
+                'user=%s' % info['auth_username'], 'password-secret=chap0']
+        self.proc = subprocess.Popen(
+            ['qemu-io', '--object', 'secret,id=chap0,file=%s' % secret,
+             '--image-opts', ','.join(opts)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT)
+        self.reply = None
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+
+    def pss_kb(self):
         try:
-            helper.remove_iscsi_target(0, 1, vol.id, vol.name)
-        except cinder_exception.ISCSITargetRemoveFailed:
-            failures += 1
-    return failures
+            with open('/proc/%d/smaps_rollup' % self.proc.pid) as f:
+                return int(re.search(r'^Pss:\s+(\d+)', f.read(), re.M)
+                           .group(1))
+        except (OSError, AttributeError):
+            return 0
+
+
+def converse(initiators, line, timeout):
+    """Send *line* (None: just wait for the prompt) to all; collect replies.
+
+    ``reply`` is the output up to the next prompt, or None when the
+    initiator exited or did not answer within *timeout*.
+    """
+    poller, pending = select.poll(), {}
+    for ini in initiators:
+        ini.reply, ini.buffer = None, b''
+        if ini.proc.poll() is not None:
+            continue
+        if line is not None:
+            try:
+                ini.proc.stdin.write(line.encode() + b'\n')
+                ini.proc.stdin.flush()
+            except OSError:
+                continue
+        fd = ini.proc.stdout.fileno()
+        pending[fd] = ini
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for fd, _event in poller.poll(200):
+            ini = pending[fd]
+            chunk = os.read(fd, 65536)
+            if chunk:
+                ini.buffer += chunk
+                if not ini.buffer.endswith(Initiator.PROMPT):
+                    continue
+                ini.reply = ini.buffer.decode(errors='replace')
+            poller.unregister(fd)
+            del pending[fd]
+    return [ini.reply for ini in initiators]
+
+
+def log_in(infos, secret_dir, timeout):
+    """Start an initiator per connection info; returns (initiators, opened)."""
+    initiators, opened = [], 0
+    for i in range(0, len(infos), SPAWN_CHUNK):
+        chunk = [Initiator(info, secret_dir)
+                 for info in infos[i:i + SPAWN_CHUNK]]
+        initiators += chunk
+        replies = converse(chunk, None, timeout)
+        opened += sum(1 for ini, reply in zip(chunk, replies)
+                      if reply is not None and ini.proc.poll() is None)
+    return initiators, opened
+
+
+def write_all(initiators, pattern, timeout):
+    """Each writes 4 KiB; returns (acknowledged, failed, no answer)."""
+    replies = converse(initiators, 'write -P 0x%02x %d %d' % (
+        pattern[0], pattern[1], BLOCK), timeout)
+    acked = sum(1 for r in replies if r is not None and 'wrote ' in r)
+    hung = sum(1 for r in replies if r is None)
+    return acked, len(replies) - acked - hung, hung
+
+
+def landed(paths, pattern):
+    """Bytes of *pattern* found in the backing files (4 KiB per file)."""
+    total = 0
+    for path in paths:
+        with open(path, 'rb') as f:
+            f.seek(pattern[1])
+            if f.read(BLOCK) == bytes([pattern[0]]) * BLOCK:
+                total += BLOCK
+    return total
+
+
+# -- the two sides -----------------------------------------------------------
+
+class CountingOps(object):
+    """Counts and times our driver's tgtadm calls by operation."""
+
+    def __init__(self, ops):
+        self._ops, self.calls, self.seconds = ops, {}, {}
+
+    def clear(self):
+        self.calls.clear()
+        self.seconds.clear()
+
+    def __getattr__(self, name):
+        op = getattr(self._ops, name)
+
+        def counted(*args):
+            start = time.monotonic()
+            try:
+                return op(*args)
+            finally:
+                self.calls[name] = self.calls.get(name, 0) + 1
+                self.seconds[name] = (self.seconds.get(name, 0) +
+                                      time.monotonic() - start)
+        return counted
+
+
+class Ours(object):
+    name = 'ours'
+
+    def __init__(self, workdir, portal_port):
+        self.dir = os.path.join(workdir, 'ours-volumes')
+        conf = configuration.Configuration(cinder_driver.volume_opts,
+                                           config_group=OURS_GROUP)
+        conf.append_config_values(fd_opts.iscsi_opts)
+        for key, value in (('forcedetach_volumes_dir', self.dir),
+                           ('forcedetach_tgt_control_port', CONTROL_PORT),
+                           ('target_ip_address', '127.0.0.1'),
+                           ('target_port', portal_port)):
+            CONF.set_override(key, value, group=OURS_GROUP)
+        self.driver = iscsi.TgtISCSIDriver(configuration=conf)
+        self.driver.do_setup(None)
+        self.ops = CountingOps(self.driver.target._ops)
+        self.driver.target._ops = self.ops
+        self.context = cinder_context.get_admin_context()
+
+    def path(self, volume):
+        return self.driver.local_path(volume)
+
+    def export(self, volume):
+        self.driver.create_volume(volume)
+        volume.update(self.driver.create_export(self.context, volume,
+                                                CONNECTOR))
+        return self.driver.initialize_connection(volume, CONNECTOR)['data']
+
+    def teardown(self, volume):
+        self.driver.revoke_host_access(volume, None)
+        self.driver.remove_export(self.context, volume)
+
+    def clean(self, volumes):
+        for volume in volumes:
+            self.driver.delete_volume(volume)
+
+
+class Upstream(object):
+    name = 'upstream'
+
+    def __init__(self, workdir, portal_port):
+        self.dir = os.path.join(workdir, 'upstream-volumes')
+        self.volumes_dir = os.path.join(workdir, 'upstream-tgt-volumes')
+        os.makedirs(self.dir)
+        os.makedirs(self.volumes_dir)
+        conf_file = os.path.join(workdir, 'upstream-targets.conf')
+        with open(conf_file, 'w') as f:
+            f.write('include %s/*\n' % self.volumes_dir)
+        conf = configuration.Configuration(cinder_driver.volume_opts,
+                                           config_group=UPSTREAM_GROUP)
+        for key, value in (('volumes_dir', self.volumes_dir),
+                           ('target_helper', 'tgtadm'),
+                           ('target_ip_address', '127.0.0.1'),
+                           ('target_port', portal_port)):
+            CONF.set_override(key, value, group=UPSTREAM_GROUP)
+        self.helper = upstream_tgt.TgtAdm(configuration=conf,
+                                          root_helper=None)
+        self.helper.db = NoVolumeRows()
+        self.context = cinder_context.get_admin_context()
+        execute = processutils.execute
+
+        def with_volumes_dir(*cmd, **kwargs):
+            if cmd and cmd[0] == 'tgt-admin':
+                cmd = (cmd[0], '-c', conf_file) + cmd[1:]
+            return execute(*cmd, **kwargs)
+        upstream_privsep_tgt.processutils.execute = with_volumes_dir
+
+    def path(self, volume):
+        return os.path.join(self.dir, volume.name)
+
+    def export(self, volume):
+        with open(self.path(volume), 'xb') as f:
+            f.truncate(VOLUME_SIZE_GB << 30)
+        export = self.helper.create_export(self.context, volume,
+                                           self.path(volume))
+        volume.update(provider_location=export['location'],
+                      provider_auth=export['auth'])
+        return self.helper.initialize_connection(volume, CONNECTOR)['data']
+
+    def teardown(self, volume):
+        self.helper.remove_iscsi_target(0, 1, volume.id, volume.name)
+
+    def clean(self, volumes):
+        for volume in volumes:
+            os.unlink(self.path(volume))
+        for name in os.listdir(self.volumes_dir):
+            os.unlink(os.path.join(self.volumes_dir, name))
+
+
+def sample(count, limit):
+    """Indices of at most *limit* of *count* volumes, evenly spread."""
+    if count <= limit:
+        return list(range(count))
+    return sorted({i * count // limit for i in range(limit)})
+
+
+def new_volumes(n):
+    volumes = []
+    for _ in range(n):
+        vol_id = str(uuid.uuid4())
+        volumes.append(Volume(id=vol_id, name='volume-%s' % vol_id,
+                              size=VOLUME_SIZE_GB, provider_location=None,
+                              provider_auth=None, volume_attachment=[],
+                              encryption_key_id=None))
+    return volumes
+
+
+def warm_up(side):
+    """One untimed export and teardown of a volume.
+
+    First-call costs (plugin loading, lock files) are not what a running
+    volume service pays per volume.
+    """
+    volumes = new_volumes(1)
+    SECRETS.add(side.export(volumes[0])['auth_password'])
+    side.teardown(volumes[0])
+    wipe_daemon()
+    side.clean(volumes)
+
+
+def run_side(side, n, max_sessions, secret_dir):
+    """Export n volumes, hold sessions, time the teardown, see what's left."""
+    volumes = new_volumes(n)
+    start = time.monotonic()
+    infos = []
+    for volume in volumes:
+        info = side.export(volume)
+        SECRETS.add(info['auth_password'])
+        infos.append(info)
+    setup = time.monotonic() - start
+    held = sample(n, max_sessions)
+    paths = [side.path(volumes[i]) for i in held]
+    initiators, opened = log_in([infos[i] for i in held], secret_dir,
+                                OPEN_TIMEOUT)
+    result = {'setup': setup, 'held': len(held)}
+    try:
+        if opened != len(held) or write_all(
+                initiators, LIVE_WRITE, OPEN_TIMEOUT)[0] != len(held) or (
+                landed(paths, LIVE_WRITE) != BLOCK * len(held)):
+            raise RuntimeError('%s, N=%d: only some initiators logged in and '
+                               'wrote before the teardown' % (side.name, n))
+        result['pss_mb'] = sum(i.pss_kb() for i in initiators) / 1024.0
+        result['before'] = daemon_state()
+        result['show_s'] = median_time(listing)
+        result['show_kb'] = len(listing()) / 1024.0
+        if isinstance(side, Ours):
+            result['list_parse_s'] = median_time(
+                side.driver.target.list_targets)
+            text = listing()
+            result['parse_s'] = median_time(
+                lambda: ours_tgt.parse_targets(text))
+            result['per_tid'] = per_tid_sections(
+                side.driver.target.find(side.driver.target_name(
+                    volumes[held[0]])).tid)
+            side.ops.clear()
+
+        errors = []
+        start = time.monotonic()
+        for volume in volumes:
+            try:
+                side.teardown(volume)
+            except Exception as e:
+                errors.append(e)
+        result['teardown'] = time.monotonic() - start
+        result['errors'] = len(errors)
+        result['first_error'] = redact(
+            '%s: %s' % (type(errors[0]).__name__, errors[0])
+        ) if errors else ''
+        if isinstance(side, Ours):
+            result['calls'] = dict(side.ops.calls)
+            result['call_s'] = dict(side.ops.seconds)
+        result['after'] = daemon_state()
+        result['held_write'] = write_all(initiators, HELD_WRITE,
+                                         WRITE_TIMEOUT)
+        result['sessions_after_write'] = daemon_state()[1]
+    finally:
+        for ini in initiators:
+            ini.kill()
+    again, opened = log_in([infos[i] for i in held], secret_dir,
+                           LOGIN_TIMEOUT)
+    try:
+        result['new_logins'] = opened
+        reopened = [ini for ini in again if ini.reply is not None and
+                    ini.proc.poll() is None]
+        result['new_write'] = write_all(reopened, NEW_WRITE, WRITE_TIMEOUT)
+    finally:
+        for ini in again:
+            ini.kill()
+    result['held_landed'] = landed(paths, HELD_WRITE)
+    result['new_landed'] = landed(paths, NEW_WRITE)
+    wipe_daemon()
+    side.clean(volumes)
+    for name in os.listdir(secret_dir):
+        os.unlink(os.path.join(secret_dir, name))
+    return result
+
+
+# -- output ------------------------------------------------------------------
+
+HEADER = ('%5s  %-8s  %10s  %9s  %7s  %8s  %8s  %16s  %12s  %10s  %6s' % (
+    'N', 'side', 'teardown', 'per vol', 'targets', 'sessions', 'CHAP',
+    'held writes', 'bytes landed', 'new logins', 'errors'))
+HEADER2 = ('%5s  %-8s  %10s  %9s  %7s  %8s  %8s  %16s  %12s  %10s  %6s' % (
+    '', '', 's', 'ms', 'left', 'left', 'accts', 'ok/err/hung', 'held/new',
+    'ok/tried', ''))
+
+
+def row(n, side, r):
+    targets, sessions, accts = r['after']
+    return ('%5d  %-8s  %10.3f  %9.2f  %7d  %8d  %8d  %16s  %12s  %10s  %6d'
+            % (n, side, r['teardown'], 1000.0 * r['teardown'] / n, targets,
+               sessions, accts, '%d/%d/%d' % r['held_write'],
+               '%d/%d' % (r['held_landed'], r['new_landed']),
+               '%d/%d' % (r['new_logins'], r['held']), r['errors']))
+
+
+def load():
+    with open('/proc/loadavg') as f:
+        return ' '.join(f.read().split()[:3])
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--sizes', default='1,10,100')
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        epilog='Upstream is slow to export (~0.7 s a volume at N=100, more '
+               'as N grows): N=1000 on its side takes tens of minutes.')
+    parser.add_argument('--sizes', default='1,10,100',
+                        help='comma-separated numbers of volumes '
+                             '(default 1,10,100; add 1000 for the growth '
+                             'curve)')
+    parser.add_argument('--upstream-max', type=int, default=100,
+                        help='largest N at which upstream runs too; above '
+                             'it only ours runs (default 100)')
+    parser.add_argument('--max-sessions', type=int, default=1000,
+                        help='live qemu-io sessions held per side and N at '
+                             'most; above it an even sample (default 1000)')
     args = parser.parse_args()
     sizes = [int(n) for n in args.sizes.split(',')]
 
-    workdir = tempfile.mkdtemp(prefix='fd-bench-')
-    cfg.CONF([], project='cinder', default_config_files=[])
+    set_up_logging()
+    lock = take_port0_lock()
+    workdir = tempfile.mkdtemp(prefix='fd-bench-tgt-')
+    secret_dir = tempfile.mkdtemp(prefix='chap-', dir=workdir)
+    CONF([], project='cinder', default_config_files=[])
+    CONF.set_override('state_path', workdir)
     lockutils.set_defaults(workdir)
     cinder.privsep.sys_admin_pctxt.set_client_mode(False)
-    daemon = start_tgtd(workdir)
-    driver = iscsi.TgtISCSIDriver(configuration=configuration.Configuration(
-        cinder_driver.volume_opts, config_group='benchmark'))
-    target = driver.target
-    upstream_dir = os.path.join(workdir, 'upstream-volumes')
-    os.makedirs(upstream_dir)
-    helper = upstream_tgt.TgtAdm(
-        root_helper='', configuration=types.SimpleNamespace(
-            target_prefix=PREFIX, volumes_dir=upstream_dir,
-            target_protocol='iscsi', iscsi_target_flags='',
-            safe_get=lambda key: None, get=lambda key, default=None: default,
-            target_helper='tgtadm'))
-    helper.volumes_dir = upstream_dir
-    helper.iscsi_target_prefix = PREFIX
-
-    rows = []
+    # Our driver takes each volume's tooz lock, as in cinder-volume
+    # (backend file://$state_path).
+    coordination.COORDINATOR.start()
+    daemon = None
     try:
-        for n in sizes:
-            result = {}
-            for side in ('ours', 'upstream'):
-                volumes, sessions = export_all(target, workdir, side[0], n,
-                                               daemon.port)
-                start = time.monotonic()
-                failed = (ours(driver, volumes) if side == 'ours' else
-                          upstream(helper, volumes, upstream_dir))
-                elapsed = time.monotonic() - start
-                left = leftovers(target, volumes)
-                result[side] = (elapsed, left, failed or 0)
-                for session in sessions:
-                    session.close()
-                for vol in volumes:       # clean what upstream left
-                    target.unexport(PREFIX + vol.name)
-                    os.unlink(vol.path)
-            rows.append((n, result))
-            o, u = result['ours'], result['upstream']
-            print('N=%-4d ours %7.3f s (targets left %d, sessions left %d)  '
-                  'upstream %7.3f s (targets left %d, sessions left %d, '
-                  'errors %d)  ratio ours/upstream %.3f' % (
-                      n, o[0], o[1][0], o[1][1], u[0], u[1][0], u[1][1],
-                      u[2], o[0] / u[0]), flush=True)
+        daemon = start_tgtd(workdir)
+        ours = Ours(workdir, daemon.port)
+        upstream = Upstream(workdir, daemon.port)
+        print('tgt force-detach teardown, ours vs upstream: tgtd %s on '
+              'control port %d, portal 127.0.0.1:%d; load %s at start; '
+              'code: %s' % (tgtd_version(), CONTROL_PORT, daemon.port,
+                            load(), code_version()), flush=True)
+        warm_up(ours)
+        warm_up(upstream)
+        results = run_all(sizes, ours, upstream, args, secret_dir)
+        growth(sizes, results)
+        goals(sizes, results)
+        print('load %s at end' % load())
     finally:
-        daemon.stop()
-    return rows
+        if daemon is not None:
+            daemon.stop()
+        coordination.COORDINATOR.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        lock.close()
+
+
+def code_version():
+    """The commit measured, and whether the driver code had local edits."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args):
+        return subprocess.run(('git', '-C', repo) + args, capture_output=True,
+                              text=True).stdout.strip()
+    head = git('rev-parse', '--short', 'HEAD') or 'unknown'
+    dirty = git('status', '--porcelain', '--', 'cinder_forcedetach')
+    return '%s%s' % (head, ' + uncommitted changes in %d file(s) of '
+                     'cinder_forcedetach/' % len(dirty.splitlines())
+                     if dirty else '')
+
+
+def tgtd_version():
+    out = subprocess.run(['tgtadm', '--version'], capture_output=True,
+                         text=True).stdout.strip()
+    return out or '(version unknown)'
+
+
+def run_all(sizes, ours, upstream, args, secret_dir):
+    results = {}
+    print(HEADER)
+    print(HEADER2, flush=True)
+    for n in sizes:
+        sides = (ours, upstream) if n <= args.upstream_max else (ours,)
+        for side in sides:
+            r = results[n, side.name] = run_side(
+                side, n, args.max_sessions, secret_dir)
+            print(row(n, side.name, r), flush=True)
+            if r['first_error']:
+                print('       first error: %s' % r['first_error'])
+        o, u = results[n, 'ours'], results.get((n, 'upstream'))
+        held = 'sessions held: %d of %d volumes per side (%s), qemu-io ' \
+            'PSS %.0f MB' % (o['held'], n, 'all' if o['held'] == n else
+                             'even sample', o['pss_mb'])
+        if u is None:
+            print('%5s  upstream not run (N > --upstream-max %d);  %s;  '
+                  'export (untimed): ours %.1f s' % (
+                      '', args.upstream_max, held, o['setup']), flush=True)
+        else:
+            print('%5s  ratio ours/upstream = %.3f s / %.3f s = %.3f;  %s;'
+                  '  export (untimed): ours %.1f s, upstream %.1f s' % (
+                      '', o['teardown'], u['teardown'],
+                      o['teardown'] / u['teardown'], held, o['setup'],
+                      u['setup']), flush=True)
+    return results
+
+
+def growth(sizes, results):
+    print('\nHow our per-volume teardown cost grows with the targets on one '
+          'tgtd.  Listing figures are taken with N targets and their '
+          'sessions present, before the teardown; the split of our ms/vol '
+          'is measured during it.')
+    print('%5s  %7s  %8s  %8s  %8s  %8s  %7s  %7s  %7s  %7s  %6s' % (
+        'N', 'ours', 'upstream', 'listing', 'tgtadm', 'parse', 'find',
+        'ours:', 'other', 'rest', 'calls'))
+    print('%5s  %7s  %8s  %8s  %8s  %8s  %7s  %7s  %7s  %7s  %6s' % (
+        '', 'ms/vol', 'ms/vol', 'KB', 'show ms', 'ms', 'ms', 'shows',
+        'tgtadm', '', '/vol'))
+    for n in sizes:
+        o, u = results[n, 'ours'], results.get((n, 'upstream'))
+        shows_ms = 1000.0 * o['call_s'].get('show_targets', 0) / n
+        other_ms = 1000.0 * sum(v for k, v in o['call_s'].items()
+                                if k != 'show_targets') / n
+        rest_ms = 1000.0 * o['teardown'] / n - shows_ms - other_ms
+        print('%5d  %7.2f  %8s  %8.1f  %8.2f  %8.2f  %7.2f  %7.2f  %7.2f  '
+              '%7.2f  %6.1f' % (
+                  n, 1000.0 * o['teardown'] / n,
+                  '%.2f' % (1000.0 * u['teardown'] / n) if u else '-',
+                  o['show_kb'], 1000.0 * o['show_s'], 1000.0 * o['parse_s'],
+                  1000.0 * o['list_parse_s'], shows_ms, other_ms, rest_ms,
+                  sum(o['calls'].values()) / float(n)))
+    print('(listing KB, tgtadm show ms: one "tgtadm --op show --mode target" '
+          'run alone; parse ms: our parse_targets() of it; find ms: '
+          'TgtAdm.list_targets(), the spawn from this process plus the parse, '
+          'as each find() pays.  Split of ours: "shows" = time inside the '
+          'show_targets calls (spawn + listing), "other tgtadm" = the other '
+          'tgtadm calls, "rest" = parsing, the volume lock, the flow, '
+          'Python.  calls/vol: tgtadm calls per volume.)')
+    last = sizes[-1]
+    o = results[last, 'ours']
+    per_op = ', '.join('%s %.1f' % (k, v / float(last))
+                       for k, v in sorted(o['calls'].items()))
+    shows = o['calls'].get('show_targets', 0) / float(last)
+    chain = (' (revoke_host_access -> TgtAdm.revoke -> find; remove_export '
+             '-> find; TgtAdm.unexport -> find)' if round(shows) == 3 else '')
+    print('Where it grows: per volume, our teardown made these tgtadm calls '
+          '(N=%d): %s.  Each of the %.1f show_targets%s is a listing of '
+          'every target on the daemon with its LUNs, accounts, ACLs and '
+          'sessions, which find() parses whole to pick one target.  The '
+          'listing grows linearly with the targets and sessions on the '
+          'daemon (see listing KB), so the per-volume cost grows with N and '
+          'a teardown of N volumes is O(N^2): compare "shows" and "rest" '
+          '(parsing) across N, while the other tgtadm calls stay ~flat.  '
+          'tgtd has no per-target listing with ACLs and sessions: "--op '
+          'show --mode target --tid T" prints only iSCSI parameters '
+          '(checked here on a target with an ACL and a live session; '
+          'sections it shows: %s).' % (
+              last, per_op, shows, chain,
+              ', '.join(o['per_tid']) or 'none'))
+
+
+def per_tid_sections(tid):
+    """Which sections ``--op show --mode target --tid`` prints, here."""
+    out = tgtadm('--op', 'show', '--mode', 'target', '--tid',
+                 str(tid)).stdout
+    return [s for s in ('I_T nexus', 'ACL', 'Account', 'LUN')
+            if '%s information' % s in out]
+
+
+def goals(sizes, results):
+    print('\nGoal: ours <= 0.2x upstream and < 3 s for N=100; 0 sessions and '
+          '0 bytes landed after the teardown.')
+    for n in sizes:
+        o, u = results[n, 'ours'], results.get((n, 'upstream'))
+        clean = (o['after'][1] == 0 and o['sessions_after_write'] == 0 and
+                 o['held_landed'] + o['new_landed'] == 0)
+        parts = []
+        if u is not None:
+            ratio = o['teardown'] / u['teardown']
+            parts.append('ratio %.3f %s 0.2' % (
+                ratio, '<=' if ratio <= 0.2 else '>  (NOT met)'))
+        if n == 100:
+            parts.append('ours %.3f s %s' % (
+                o['teardown'], '< 3 s' if o['teardown'] < 3 else
+                '>= 3 s (NOT met)'))
+        parts.append('ours after teardown: %d sessions, %d bytes landed, '
+                     '%d new logins (%s)' % (
+                         max(o['after'][1], o['sessions_after_write']),
+                         o['held_landed'] + o['new_landed'], o['new_logins'],
+                         'met' if clean else 'NOT met'))
+        if u is not None:
+            parts.append('upstream: %d sessions, %d bytes landed, %d new '
+                         'logins, %d CHAP accounts left' % (
+                             max(u['after'][1], u['sessions_after_write']),
+                             u['held_landed'] + u['new_landed'],
+                             u['new_logins'], u['after'][2]))
+        print('  N=%-4d %s' % (n, '; '.join(parts)))
 
 
 if __name__ == '__main__':
