@@ -1,43 +1,100 @@
 #!/usr/bin/env python3
-"""RBD force-detach and reimage: ours against upstream Cinder, one cluster.
+"""RBD force-detach and reimage: ours, upstream Cinder and the limit.
 
-On one real single-node Ceph cluster (``tools/ceph-dev.sh``, brought up in a
-private directory unless ``--ceph-dir`` names a running one) it measures:
+Everything runs in one process against one real single-node Ceph cluster
+(``tools/ceph-dev.sh``, brought up in a private directory unless
+``--ceph-dir`` names a running one), with two drivers configured on it:
+ours (``cinder_forcedetach.drivers.rbd.RBDDriver``) and Cinder 29's own
+``cinder.volume.drivers.rbd.RBDDriver`` ("upstream").
 
-* fence-to-reattachable: a live librbd writer (a subprocess) holds the
-  volume; time from the start of ``RBDDriver.fence_clients`` until a new
-  client has opened the image and written, and the fenced writer's error.
-  Upstream has nothing to compare with (its ``terminate_connection`` is a
-  no-op: the old writer keeps writing); its anchor is measured too: a new
-  writer facing a SIGKILLed, unfenced holder (librbd waits for the watch
-  to time out).  Other anchors: Kubernetes force-detaches after 6 min,
-  ceph-csi backs off ~70 s on a stale watcher.
-* reimage of a 1 GiB and a 10 GiB raw image (``--sizes``), sparse (one
-  1 MiB extent of data per 16 MiB), onto an existing volume holding old
-  data, three ways:
+1. Force-detach of a volume a live librbd client keeps writing.
 
-  - clone: ours, the image in the same cluster (``rbd://fsid/images/ID/
-    snap``): the volume becomes a copy-on-write clone;
-  - stream: ours, the image as a local file (``file://``): discard, then
-    ``qemu-img convert`` straight into the RBD image, no temporary file;
-  - upstream: ``cinder.volume.drivers.rbd.RBDDriver.copy_image_to_volume``
-    with ``disable_sparse=True`` as Cinder's manager calls it for
-    os-reimage, from an image service serving the same local file (it
-    downloads to a temporary file, then ``qemu-img convert -S 0`` into
-    the volume).
+   The client is a subprocess (``tests.functional.test_rbd.WRITER``) that
+   opens the image from the driver's own ``initialize_connection`` data,
+   as os-brick would, and writes one numbered 4 KiB block every 5 ms.
+   Each round then runs what Cinder's ``os-force_detach`` runs on the
+   driver: ``terminate_connection(volume, connector, force=False)`` and
+   ``remove_export(context, volume)``.  When both have returned, Cinder
+   sets the volume ``available``.  Then a new client (a new attachment)
+   opens the image and writes, and the old client is watched for a
+   bounded window (``--window``, 10 s by default).  Reported per driver:
 
-  Each result is verified (every data extent, one block of every hole, and
-  no old data left), and the ratios upstream/ours are printed.
+   - detach call: how long the two driver calls took;
+   - new writer: from the start of the detach until the new client has
+     written and flushed;
+   - old writer: its writes that completed after ``available``, how long
+     it went on (or "still writing at the end of the window"), and the
+     error it saw;
+   - landed: of the blocks the old client tried to write after
+     ``available``, those read back from the cluster afterwards.
+
+   Upstream's terminate_connection and remove_export are no-ops, so its
+   old client goes on writing.  Ours fences it (``osd blocklist`` plus
+   lock break, in ``fence_clients``): nothing may land after
+   ``available``.  Goal: ours, fence to new writer < 1 s (median).
+
+   Anchors from elsewhere, quoted and never computed into a ratio:
+
+   - Kubernetes' attach/detach controller force-detaches a volume from an
+     unhealthy node only after ``ReconcilerMaxWaitForUnmountDuration`` =
+     6 min (``DefaultTimerConfig`` in kubernetes/kubernetes
+     ``pkg/controller/volume/attachdetach/attach_detach_controller.go``);
+     that detach does not fence the old node's client either.
+   - ceph-csi's node stage of an RBD image that still has a watcher
+     (``waitForrbdImage`` in ceph/ceph-csi ``internal/rbd/rbd_attach.go``;
+     ``rbdImageWatcherInitDelay`` 1 s, ``rbdImageWatcherFactor`` 1.4,
+     ``rbdImageWatcherSteps`` 10 in ``internal/rbd/rbd_util.go``) checks
+     ``rbd status`` 10 times with sleeps growing from 1 s by x1.4 (about
+     49 s of sleep; the source comment says "30 seconds timeout"), then
+     fails "rbd image ... is still being used".  It waits for a stale
+     watcher to go; it fences nothing.
+
+2. Reimage of a raw image of ``--sizes`` GiB (sparse: a 1 MiB extent of
+   data every 16 MiB) onto an existing volume full of old data, as
+   Cinder's manager calls ``copy_image_to_volume(..., disable_sparse=True)``
+   for ``os-reimage``.  The image service is Cinder's own
+   ``GlanceImageService`` (its ``download()`` code unchanged) over a stub
+   Glance client serving the image file in glanceclient's 1 MiB chunks;
+   the image's Glance location is its ``file://`` path (a filesystem
+   store), plus a copy in the cluster's images pool (``rbd://``).
+
+   - limit: ``qemu-img convert -n -f raw -O raw <image file>
+     rbd:<pool>/<volume>:id=...:conf=...:keyring=<path>`` -- the same
+     source onto the same kind of target, with qemu-img's own zero
+     detection (holes become write-zeroes requests);
+   - the same with ``-S 0``: every byte written, zeros too, as our stream
+     does (``--full-write-sizes``);
+   - ours, clone: the ``rbd://`` image; the volume becomes a copy-on-write
+     clone of its snapshot;
+   - ours, stream: the image service's ``download()`` into our raw sink
+     (format inspector on the first 1 MiB, then librbd writes; no
+     temporary file).  ``allowed_direct_url_schemes`` is empty, so
+     download() asks Glance, never reads the ``file://`` location;
+   - ours, stream with ``allowed_direct_url_schemes = file``: upstream's
+     download() itself reads the ``file://`` location and copies it with
+     ``shutil.copyfileobj`` (64 KiB writes; ``--file-scheme-sizes``);
+   - upstream: Cinder's RBD ``copy_image_to_volume`` (``fetch_to_raw``
+     into a temporary file, then ``qemu-img convert -S 0`` into the
+     volume);
+   - qemu-img onto a local sparse file, for scale only (another target).
+
+   Each result is read back (every data extent, one block in every hole:
+   zeros, no old data), the path taken is checked (clone: the volume has
+   a parent; stream: download() wrote into our sink; upstream: into a
+   file), and limit/way and upstream/way are printed: both operands
+   measured in this run.  Goals: stream >= 0.9 of the limit; clone of
+   10 GiB < 1 s and >= 10x faster than upstream.
+
+No key is printed: the keyring is only ever passed as a file path.
 
 Usage: .venv/bin/python benchmarks/rbd_force_detach.py [--sizes 1,10]
-           [--rounds 5] [--no-dead-holder] [--ceph-dir DIR]
+           [--rounds 5] [--window 10] [--file-scheme-sizes 1]
+           [--full-write-sizes 1,10] [--ceph-dir DIR]
 """
 
 import argparse
-import json
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -45,15 +102,23 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 
 from cinder import context as cinder_context  # noqa: E402
+from cinder import coordination  # noqa: E402
+from cinder.db import migration  # noqa: E402
+# image_utils first: glance alone hits the glance <-> image_utils import cycle
+from cinder.image import image_utils  # noqa: F401,E402,H306
+from cinder.image import glance  # noqa: E402,H306
+from cinder import objects  # noqa: E402
 import cinder.privsep  # noqa: E402
 from cinder.tests.unit import fake_volume  # noqa: E402
 from cinder.volume import configuration  # noqa: E402
 from cinder.volume import driver as cinder_driver  # noqa: E402
 from cinder.volume.drivers import rbd as upstream_rbd  # noqa: E402
+from glanceclient.common import http as glance_http  # noqa: E402
 from oslo_concurrency import lockutils  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 from oslo_utils import units  # noqa: E402
@@ -67,13 +132,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CEPH_DEV = os.path.join(REPO, 'tools', 'ceph-dev.sh')
 EXTENT = units.Mi
 STRIDE = 16 * units.Mi
+BLOCK = test_rbd.BLOCK
+WRITER_BASE = 16            # the old writer's first block (new one: 0)
+WRITER_INTERVAL = 0.005
 CONF = cfg.CONF
+# What os-force_detach hands the driver: the detached host's connector.
+CONNECTOR = {'host': 'localhost', 'ip': '127.0.0.1', 'platform': 'x86_64',
+             'os_type': 'linux', 'multipath': False}
 
 
 def free_port():
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
+
+
+def median(values):
+    return statistics.median(values) if values else float('nan')
 
 
 class Cluster(object):
@@ -90,7 +165,7 @@ class Cluster(object):
                 CEPH_DEV_CINDER_MON_CAPS='profile rbd, '
                                          'allow command "osd blocklist"')
         self.up_seconds = None
-        self.shim = None
+        self.shim = None            # test_rbd.Writer: no bind shim
 
     def up(self):
         t0 = time.monotonic()
@@ -103,6 +178,7 @@ class Cluster(object):
                              capture_output=True, check=True).stdout
         values = dict(line.replace('export ', '', 1).split('=', 1)
                       for line in out.splitlines() if '=' in line)
+        values = {k: v.strip('\'"') for k, v in values.items()}
         self.conf = values['CEPH_CONF']
         self.keyring = values['CEPH_KEYRING']
         self.user = values['CEPH_USER']
@@ -121,13 +197,40 @@ class Cluster(object):
         client.connect()
         return client
 
+    def read(self, pool, name, ranges):
+        """The bytes of *ranges* ``[(offset, length)]`` of an image."""
+        client = self.connect()
+        try:
+            with client.open_ioctx(pool) as ioctx:
+                with rbd.Image(ioctx, name, read_only=True) as image:
+                    return [image.read(off, length) for off, length in ranges]
+        finally:
+            client.shutdown()
 
-class FileImages(object):
-    """An image service over local files and Ceph images."""
+
+# -- the image service ------------------------------------------------------
+
+
+class StubGlanceClient(object):
+    """Glance's 'data' call: the image file in glanceclient's chunks."""
+
+    def __init__(self, images):
+        self.images = images
+
+    def call(self, context, method, *args, **kwargs):
+        if method != 'data':
+            raise NotImplementedError(method)
+        return self.images.chunks(args[0])
+
+
+class Images(glance.GlanceImageService):
+    """Cinder's GlanceImageService: its download() runs unchanged."""
 
     def __init__(self):
+        super(Images, self).__init__(client=StubGlanceClient(self))
         self.images = {}
-        self.temp_images = None     # Cinder's image cache hook (unused)
+        self.downloads = []         # (image id, what data was written into)
+        self.served = 0             # bytes served by the Glance 'data' call
 
     def add(self, image_id, path, size, url):
         self.images[image_id] = (path, size, url)
@@ -143,16 +246,19 @@ class FileImages(object):
         return url, [{'url': url, 'metadata': {}}]
 
     def download(self, context, image_id, data=None):
-        path = self.images[image_id][0]
+        # upstream's fetch hands an eventlet tpool.Proxy of its file
+        sink = getattr(data, '_obj', data)
+        self.downloads.append((image_id, type(sink).__name__))
+        return super(Images, self).download(context, image_id, data)
 
-        def chunks():
-            with open(path, 'rb') as f:
-                for chunk in iter(lambda: f.read(4 * units.Mi), b''):
-                    yield chunk
-        if data is None:
-            return chunks()
-        for chunk in chunks():
-            data.write(chunk)
+    def chunks(self, image_id):
+        with open(self.images[image_id][0], 'rb') as f:
+            for chunk in iter(lambda: f.read(glance_http.CHUNKSIZE), b''):
+                self.served += len(chunk)
+                yield chunk
+
+
+# -- reimage ------------------------------------------------------------------
 
 
 def extent(i):
@@ -198,20 +304,38 @@ def old_volume(ctx, ours, size_gb):
     return vol
 
 
+def check_content(read, size_gb):
+    """'verified', or what is wrong; *read(offset, length)* reads it."""
+    for i in range(size_gb * units.Gi // STRIDE):
+        if read(i * STRIDE, EXTENT) != extent(i):
+            return 'extent %d differs' % i
+        if read(i * STRIDE + STRIDE // 2, 4096) != b'\0' * 4096:
+            return 'old data left in hole %d' % i
+    return 'verified'
+
+
 def verify(cluster, vol, size_gb):
     client = cluster.connect()
     try:
         with client.open_ioctx(cluster.pool) as ioctx:
             with rbd.Image(ioctx, vol.name, read_only=True) as image:
-                for i in range(size_gb * units.Gi // STRIDE):
-                    if image.read(i * STRIDE, EXTENT) != extent(i):
-                        return 'extent %d differs' % i
-                    if image.read(i * STRIDE + STRIDE // 2,
-                                  4096) != b'\0' * 4096:
-                        return 'old data left in hole %d' % i
+                return check_content(image.read, size_gb)
     finally:
         client.shutdown()
-    return 'verified'
+
+
+def has_parent(cluster, vol):
+    client = cluster.connect()
+    try:
+        with client.open_ioctx(cluster.pool) as ioctx:
+            with rbd.Image(ioctx, vol.name, read_only=True) as image:
+                try:
+                    image.parent_info()
+                    return True
+                except rbd.ImageNotFound:
+                    return False
+    finally:
+        client.shutdown()
 
 
 def delete(driver, vol):
@@ -221,20 +345,63 @@ def delete(driver, vol):
         print('  (cleanup of %s: %s)' % (vol.name, err))
 
 
-def bench_reimage(cluster, ctx, ours, upstream, images, workdir, size_gb):
+def qemu_img(src, dst, *options):
+    subprocess.run(['qemu-img', 'convert', '-n', '-f', 'raw', '-O', 'raw'] +
+                   list(options) + [src, dst], check=True,
+                   capture_output=True)
+
+
+def bench_reimage(cluster, ctx, ours, upstream, workdir, size_gb,
+                  file_scheme, full_write):
+    """{way: (seconds, result)} for one image size."""
+    images = Images()
     file_id, rbd_id, name, path = make_images(cluster, images, workdir,
                                               size_gb)
+    ways = [('limit', None, file_id)]
+    if full_write:
+        ways.append(('limit-full', None, file_id))
+    ways += [('clone', ours, rbd_id), ('stream', ours, file_id)]
+    if file_scheme:
+        ways.append(('stream-file', ours, file_id))
+    ways.append(('upstream', upstream, file_id))
     results = {}
-    for way, driver, image_id in (('clone', ours, rbd_id),
-                                  ('stream', ours, file_id),
-                                  ('upstream', upstream, file_id)):
+    for way, driver, image_id in ways:
         vol = old_volume(ctx, ours, size_gb)
+        del images.downloads[:]
+        images.served = 0
+        if way == 'stream-file':
+            CONF.set_override('allowed_direct_url_schemes', ['file'])
         t0 = time.monotonic()
-        driver.copy_image_to_volume(ctx, vol, images, image_id,
-                                    disable_sparse=True)
-        elapsed = time.monotonic() - t0
-        results[way] = (elapsed, verify(cluster, vol, size_gb))
+        try:
+            if way == 'limit':
+                qemu_img(path, ours.image_destination(vol))
+            elif way == 'limit-full':
+                qemu_img(path, ours.image_destination(vol), '-S', '0')
+            else:
+                driver.copy_image_to_volume(ctx, vol, images, image_id,
+                                            disable_sparse=True)
+            elapsed = time.monotonic() - t0
+        finally:
+            CONF.clear_override('allowed_direct_url_schemes')
+        result = verify(cluster, vol, size_gb)
+        path_taken = path_check(way, cluster, vol, images, size_gb)
+        if path_taken:
+            result += '; ' + path_taken
+        results[way] = (elapsed, result)
         delete(ours, vol)
+
+    # qemu-img onto a local sparse file: the same source, another target
+    target = os.path.join(workdir, 'target-%dg.raw' % size_gb)
+    with open(target, 'wb') as f:
+        f.truncate(size_gb * units.Gi)
+    t0 = time.monotonic()
+    qemu_img(path, target)
+    elapsed = time.monotonic() - t0
+    with open(target, 'rb') as f:
+        results['file'] = (elapsed, check_content(
+            lambda off, length: os.pread(f.fileno(), length, off), size_gb))
+    os.unlink(target)
+
     os.unlink(path)
     client = cluster.connect()
     try:
@@ -249,76 +416,217 @@ def bench_reimage(cluster, ctx, ours, upstream, images, workdir, size_gb):
     return results
 
 
+def path_check(way, cluster, vol, images, size_gb):
+    """'' when *way* took the path it names, else what it did instead."""
+    sinks = [sink for _id, sink in images.downloads]
+    parent = has_parent(cluster, vol)
+    expected = {
+        'limit': (False, [], 0),
+        'limit-full': (False, [], 0),
+        'clone': (True, [], 0),
+        'stream': (False, ['_RawSink'], size_gb * units.Gi),
+        'stream-file': (False, ['_RawSink'], 0),    # read by download()
+        'upstream': (False, ['BufferedWriter'], size_gb * units.Gi),
+    }[way]
+    if (parent, sinks, images.served) == expected:
+        return ''
+    return 'PATH NOT AS NAMED: parent=%s, download() into %s, %d bytes ' \
+           'from Glance' % (parent, sinks, images.served)
+
+
+# -- force-detach -----------------------------------------------------------
+
+
 def new_writer(cluster, vol):
     client = cluster.connect()
     try:
         with client.open_ioctx(cluster.pool) as ioctx:
             with rbd.Image(ioctx, vol.name) as image:
-                image.write(b'N' * 4096, 0)
+                image.write(b'N' * BLOCK, 0)
                 image.flush()
     finally:
         client.shutdown()
 
 
-def start_writer(cluster, vol):
-    """A live librbd client holding *vol* and writing (a subprocess)."""
-    mon = ''
-    with open(cluster.conf) as f:
-        for line in f:
-            key, _sep, value = line.partition('=')
-            if key.strip().replace(' ', '_') == 'mon_host':
-                mon = value.strip()
-    params = {'mon_host': mon, 'keyring': cluster.keyring,
-              'user': cluster.user, 'pool': cluster.pool, 'image': vol.name,
-              'tag': 'W', 'base': 0, 'count': 10 ** 6, 'interval': 0.005,
-              'mount_timeout': '30'}
-    w = test_rbd.Writer.__new__(test_rbd.Writer)
-    env = {k: v for k, v in os.environ.items() if not k.startswith('CEPH_')}
-    w.tag, w.base, w.params = 'W', 0, params
-    w.stderr = tempfile.TemporaryFile()
-    w.proc = subprocess.Popen(
-        [sys.executable, '-c', test_rbd.WRITER, json.dumps(params)],
-        stdout=subprocess.PIPE, stderr=w.stderr, env=env)
-    w.lines, w._buf, w.addr, w.stopped = [], b'', None, False
-    w.wait_for(lambda: w.addr is not None, 60, 'writer ready')
-    w.wait_oks(5)
-    return w
+def attached_volume(ctx, driver):
+    """A volume row attached to CONNECTOR's host, as Cinder has it."""
+    vol = objects.Volume(
+        ctx, size=1, host='bench@rbd#rbd',
+        status='in-use', attach_status='attached', display_name='bench',
+        volume_type_id=objects.VolumeType.get_by_name_or_id(
+            ctx, '__DEFAULT__').id)
+    vol.create()
+    info = driver.initialize_connection(vol, CONNECTOR)
+    att = objects.VolumeAttachment(
+        ctx, volume_id=vol.id, attach_status='attached',
+        attached_host=CONNECTOR['host'], connector=CONNECTOR,
+        attach_mode='rw')
+    att.create()
+    att.connection_info = info      # save() stores it as JSON
+    att.save()
+    return vol, att, info['data']
 
 
-def bench_fence(cluster, ctx, ours, rounds):
-    fence, reattach, errors = [], [], []
-    for _ in range(rounds):
-        vol = fake_volume.fake_volume_obj(ctx, id=str(uuid.uuid4()), size=1)
-        ours.create_volume(vol)
-        w = start_writer(cluster, vol)
-        t0 = time.monotonic()
-        targets = ours.fence_clients(vol, [None], [])
-        t1 = time.monotonic()
-        new_writer(cluster, vol)
-        t2 = time.monotonic()
-        seq, err_no, name, _t = w.wait_fenced()
-        w.stop()
-        assert targets == [w.addr], (targets, w.addr)
-        fence.append(t1 - t0)
-        reattach.append(t2 - t0)
-        errors.append('%s errno %s' % (name, err_no))
-        ours.lift_fence(vol)
-        delete(ours, vol)
-    return fence, reattach, sorted(set(errors))
-
-
-def bench_dead_holder(cluster, ctx, ours):
-    """Upstream's case: a holder died unfenced; a new writer's wait."""
-    vol = fake_volume.fake_volume_obj(ctx, id=str(uuid.uuid4()), size=1)
+def detach_round(cluster, ctx, driver, ours, window):
+    """One force-detach of a volume a live client writes; a result dict."""
+    vol, att, info = attached_volume(ctx, driver)
     ours.create_volume(vol)
-    w = start_writer(cluster, vol)
-    w.proc.send_signal(signal.SIGKILL)
-    w.stop()
-    t0 = time.monotonic()
-    new_writer(cluster, vol)
-    elapsed = time.monotonic() - t0
+    writer = test_rbd.Writer(
+        cluster, info, 'bench-host', tag='W', base=WRITER_BASE,
+        count=units.Gi // BLOCK - WRITER_BASE - 1,
+        interval=WRITER_INTERVAL, mount_timeout=30)
+    try:
+        writer.wait_oks(5)
+        t0 = time.monotonic()
+        # what os-force_detach runs: the manager's terminate_connection,
+        # then its detach_volume (remove_export, finish_detach)
+        driver.terminate_connection(vol, CONNECTOR, force=False)
+        driver.remove_export(ctx, vol)
+        vol.finish_detach(att.id)
+        t_avail, wall_avail = time.monotonic(), time.time()
+        assert vol.status == 'available', vol.status
+        new_writer(cluster, vol)
+        t_new = time.monotonic()
+        while (time.monotonic() < t_avail + window and
+               writer.proc.poll() is None):
+            writer.poll(0.1)
+        writer.poll(0.1)
+        running = writer.proc.poll() is None
+    finally:
+        writer.stop()
+    oks = writer.oks()
+    before = [seq for seq, t in oks if t <= wall_avail]
+    after = [(seq, t) for seq, t in oks if t > wall_avail]
+    tried = [seq for seq, _t in oks] + [e[0] for e in writer.errs()]
+    # Every block the writer may have sent after 'available' (plus one:
+    # a write in flight when it was killed), read back from the cluster.
+    first = max(before) + 1 if before else 0
+    last = max(tried + [first]) + 1
+    if running:
+        # a killed, unfenced client still holds the image: fence it for
+        # the cleanup (after everything was measured)
+        ours.fence_clients(vol, [None], [])
+    data = cluster.read(cluster.pool, vol.name, [
+        ((WRITER_BASE + seq) * BLOCK, BLOCK) for seq in range(first,
+                                                              last + 1)])
+    landed = sum(1 for seq, got in zip(range(first, last + 1), data)
+                 if got == test_rbd.block_for('W', seq))
+    errs = writer.errs()
+    ours.lift_fence(vol)
     delete(ours, vol)
-    return elapsed
+    return {
+        'detach': t_avail - t0, 'new_writer': t_new - t0,
+        'writes_after': len(after), 'landed': landed,
+        'last_after': (max(t for _s, t in after) - wall_avail
+                       if after else None),
+        'running': running,
+        'error': ('%s (errno %s)' % (errs[0][2], errs[0][1])
+                  if errs else 'none'),
+    }
+
+
+def bench_detach(cluster, ctx, ours, upstream, rounds, window):
+    results = {'ours': [], 'upstream': []}
+    for _ in range(rounds):
+        for name, driver in (('ours', ours), ('upstream', upstream)):
+            results[name].append(detach_round(cluster, ctx, driver, ours,
+                                              window))
+    return results
+
+
+# -- output ------------------------------------------------------------------
+
+
+def kib(blocks):
+    return '%d KiB' % (blocks * BLOCK // units.Ki)
+
+
+def print_detach(results, window):
+    print('\nForce-detach of a volume a live librbd client writes (a 4 KiB '
+          'block every %d ms), %d rounds; old writer watched for %.0f s '
+          'after "available":' % (WRITER_INTERVAL * 1000,
+                                  len(results['ours']), window))
+    fmt = '  %-9s %-16s %-16s %-21s %-16s %s'
+    print(fmt % ('driver', 'detach call', 'new writer', 'old writer\'s writes',
+                 'landed (read', 'old writer'))
+    print(fmt % ('', 'median (max)', 'median (max)', 'after "available"',
+                 'back), max', ''))
+    for name in ('ours', 'upstream'):
+        rs = results[name]
+        detach = [r['detach'] for r in rs]
+        new = [r['new_writer'] for r in rs]
+        after = [r['writes_after'] for r in rs]
+        landed = [r['landed'] for r in rs]
+        running = sum(r['running'] for r in rs)
+        if running:
+            state = 'still writing at the end of the %.0f s window (%d of ' \
+                    '%d rounds)' % (window, running, len(rs))
+        else:
+            lasts = [r['last_after'] for r in rs if r['last_after']]
+            state = 'stopped; error seen: %s' % ', '.join(
+                sorted({r['error'] for r in rs}))
+            if lasts:
+                state += '; last write %.2f s after "available"' % max(lasts)
+        print(fmt % (name, '%.3f (%.3f) s' % (median(detach), max(detach)),
+                     '%.3f (%.3f) s' % (median(new), max(new)),
+                     'median %d (%s)' % (median(after),
+                                         kib(median(after))),
+                     '%d (%s)' % (max(landed), kib(max(landed))), state))
+    ours_new = median([r['new_writer'] for r in results['ours']])
+    ours_landed = max(r['landed'] for r in results['ours'])
+    print('  goal: ours, fence to new writer < 1 s median: %s (%.3f s); '
+          'nothing lands after "available": %s (%d blocks)' % (
+              'met' if ours_new < 1 else 'NOT MET', ours_new,
+              'met' if ours_landed == 0 else 'NOT MET', ours_landed))
+    print('  upstream\'s new writer takes the exclusive lock by request '
+          'while the old client still runs: both write the same image.')
+    print('  Anchors (quoted, not measured here): Kubernetes force-detaches '
+          'from an unhealthy node after ReconcilerMaxWaitForUnmountDuration '
+          '= 6 min (kubernetes pkg/controller/volume/attachdetach/'
+          'attach_detach_controller.go), without fencing; ceph-csi waits '
+          'for a stale watcher with 10 rbd-status checks and sleeps from '
+          '1 s growing x1.4 (ceph-csi internal/rbd/rbd_attach.go, '
+          'rbd_util.go), then fails; neither fences the old client.')
+
+
+LABELS = [
+    ('limit', 'qemu-img convert -> RBD volume (the limit)'),
+    ('limit-full', 'qemu-img convert -S 0 -> RBD (every byte written)'),
+    ('clone', 'ours: clone of the rbd:// image'),
+    ('stream', 'ours: stream from download() (Glance chunks)'),
+    ('stream-file', 'ours: stream, download() reads file:// itself'),
+    ('upstream', 'upstream RBD copy_image_to_volume'),
+    ('file', 'qemu-img convert -> local file (other target)'),
+]
+
+
+def print_reimage(size_gb, r):
+    data = size_gb * units.Gi // STRIDE * EXTENT // units.Mi
+    print('\nReimage, %d GiB raw image (%d MiB of data, the rest holes) onto '
+          'a volume full of old data:' % (size_gb, data))
+    fmt = '  %-50s %8s  %-9s %-9s %s'
+    print(fmt % ('way', 'seconds', 'limit/way', 'upstream/', 'result'))
+    print(fmt % ('', '', '', 'way', ''))
+    for way, label in LABELS:
+        if way not in r:
+            continue
+        seconds, result = r[way]
+        print(fmt % (label, '%.2f' % seconds,
+                     '%.2fx' % (r['limit'][0] / seconds)
+                     if way != 'file' else '-',
+                     '%.1fx' % (r['upstream'][0] / seconds),
+                     result))
+    stream = r['limit'][0] / r['stream'][0]
+    clone = r['clone'][0]
+    print('  goals: stream >= 0.9 of the limit: %s (%.2f); clone %s 1 s '
+          '(%.2f s); clone >= 10x upstream: %s (%.1fx)' % (
+              'met' if stream >= 0.9 else 'NOT MET', stream,
+              '<' if clone < 1 else 'NOT <', clone,
+              'met' if r['upstream'][0] / clone >= 10 else 'NOT MET',
+              r['upstream'][0] / clone))
+
+
+# -- setup --------------------------------------------------------------------
 
 
 def make_driver(cls, group, cluster):
@@ -347,14 +655,25 @@ def main():
     parser.add_argument('--sizes', default='1,10',
                         help='image sizes in GiB (default 1,10)')
     parser.add_argument('--rounds', type=int, default=5,
-                        help='fence rounds (default 5)')
-    parser.add_argument('--no-dead-holder', action='store_true',
-                        help='skip the ~30 s unfenced dead-holder anchor')
+                        help='force-detach rounds per driver (default 5)')
+    parser.add_argument('--window', type=float, default=10.0,
+                        help='seconds the old writer is watched after '
+                             '"available" (default 10)')
+    parser.add_argument('--file-scheme-sizes', default='1',
+                        help='sizes (GiB) also streamed with allowed_direct'
+                             '_url_schemes = file (default 1: download() '
+                             'then copies in 64 KiB writes, slow)')
+    parser.add_argument('--full-write-sizes', default='1,10',
+                        help='sizes (GiB) also written by qemu-img -S 0 '
+                             '(default 1,10)')
     parser.add_argument('--ceph-dir', default=None,
                         help='use the running tools/ceph-dev.sh cluster of '
                              'this directory')
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(',') if s]
+    sizes, file_scheme, full_write = (
+        [int(s) for s in value.split(',') if s]
+        for value in (args.sizes, args.file_scheme_sizes,
+                      args.full_write_sizes))
 
     workdir = tempfile.mkdtemp(prefix='fd-rbd-bench-')
     CONF([], project='cinder', default_config_files=[])
@@ -363,42 +682,37 @@ def main():
     # in this process instead of a privsep daemon started through sudo.
     cinder.privsep.sys_admin_pctxt.set_client_mode(False)
     CONF.set_override('image_conversion_dir', workdir)
+    # cinder-volume's coordinator (our force-detach locks the volume in it)
+    # and database (volume and attachment rows)
+    CONF.set_override('backend_url', 'file://' + workdir, 'coordination')
+    coordination.COORDINATOR.start()
+    CONF.set_override('connection', 'sqlite:///' + os.path.join(
+        workdir, 'cinder.sqlite'), 'database')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')     # alembic on SQLite constraints
+        migration.db_sync()
     cluster = Cluster(args.ceph_dir, workdir)
     try:
         cluster.up()
-        print('ceph-dev.sh up: %.1f s' % cluster.up_seconds, flush=True)
+        print('ceph-dev.sh up: %.1f s; load average %s' % (
+            cluster.up_seconds, open('/proc/loadavg').read().split()[0]),
+            flush=True)
         ctx = cinder_context.get_admin_context()
         ours = make_driver(rbd_driver.RBDDriver, 'ours', cluster)
         upstream = make_driver(upstream_rbd.RBDDriver, 'upstream', cluster)
 
-        fence, reattach, errors = bench_fence(cluster, ctx, ours,
-                                              args.rounds)
-        print('fence (fence_clients, %d rounds): median %.3f s, max %.3f s; '
-              'fence to new writer: median %.3f s, max %.3f s (target < 2 s);'
-              ' fenced writer saw: %s' % (
-                  len(fence), statistics.median(fence), max(fence),
-                  statistics.median(reattach), max(reattach),
-                  ', '.join(errors)), flush=True)
-        if not args.no_dead_holder:
-            dead = bench_dead_holder(cluster, ctx, ours)
-            print('upstream anchor: new writer behind a SIGKILLed unfenced '
-                  'holder: %.1f s (ratio %.0fx); k8s force-detach 360 s '
-                  '(%.0fx), ceph-csi watcher back-off ~70 s (%.0fx)' % (
-                      dead, dead / statistics.median(reattach),
-                      360 / statistics.median(reattach),
-                      70 / statistics.median(reattach)), flush=True)
-
+        print_detach(bench_detach(cluster, ctx, ours, upstream, args.rounds,
+                                  args.window), args.window)
+        sys.stdout.flush()
         for size_gb in sizes:
-            r = bench_reimage(cluster, ctx, ours, upstream, FileImages(),
-                              workdir, size_gb)
-            print('reimage %2d GiB: clone %.2f s (%s), stream %.2f s (%s), '
-                  'upstream %.2f s (%s); upstream/clone %.1fx (target >= '
-                  '10x), upstream/stream %.1fx' % (
-                      size_gb, r['clone'][0], r['clone'][1],
-                      r['stream'][0], r['stream'][1], r['upstream'][0],
-                      r['upstream'][1], r['upstream'][0] / r['clone'][0],
-                      r['upstream'][0] / r['stream'][0]), flush=True)
+            print_reimage(size_gb, bench_reimage(
+                cluster, ctx, ours, upstream, workdir, size_gb,
+                size_gb in file_scheme, size_gb in full_write))
+            sys.stdout.flush()
+        print('\nload average at the end: %s' %
+              open('/proc/loadavg').read().split()[0])
     finally:
+        coordination.COORDINATOR.stop()
         cluster.down()
         shutil.rmtree(workdir, ignore_errors=True)
 
