@@ -9,17 +9,21 @@ ours (``cinder_forcedetach.drivers.rbd.RBDDriver``) and Cinder 29's own
 
 1. Force-detach of a volume a live librbd client keeps writing.
 
-   The client is a subprocess (``tests.functional.test_rbd.WRITER``) that
-   opens the image from the driver's own ``initialize_connection`` data,
-   as os-brick would, and writes one numbered 4 KiB block every 5 ms.
-   Each round then runs what Cinder's ``os-force_detach`` runs on the
-   driver: ``terminate_connection(volume, connector, force=False)`` and
-   ``remove_export(context, volume)``.  When both have returned, Cinder
-   sets the volume ``available``.  Then a new client (a new attachment)
-   opens the image and writes, and the old client is watched for a
-   bounded window (``--window``, 10 s by default).  Reported per driver:
+   The volume and its attachment (the host's connector and the driver's
+   ``initialize_connection`` result) are rows of a SQLite Cinder database,
+   and Cinder's coordinator runs, as in cinder-volume.  The client is a
+   subprocess (``tests.functional.test_rbd.WRITER``) that opens the image
+   from that connection data, as os-brick would, and writes one numbered
+   4 KiB block every 5 ms.  Each round then runs what Cinder's
+   ``os-force_detach`` runs: the driver's ``terminate_connection(volume,
+   connector, force=False)``, then what the manager's ``detach_volume``
+   runs: the driver's ``remove_export(context, volume)`` and
+   ``volume.finish_detach(attachment_id)``, after which the volume is
+   ``available``.  Then a new client (a new attachment) opens the image
+   and writes, and the old client is watched for a bounded window
+   (``--window``, 10 s by default).  Reported per driver:
 
-   - detach call: how long the two driver calls took;
+   - detach call: how long those three calls took;
    - new writer: from the start of the detach until the new client has
      written and flushed;
    - old writer: its writes that completed after ``available``, how long
@@ -89,7 +93,7 @@ No key is printed: the keyring is only ever passed as a file path.
 
 Usage: .venv/bin/python benchmarks/rbd_force_detach.py [--sizes 1,10]
            [--rounds 5] [--window 10] [--file-scheme-sizes 1]
-           [--full-write-sizes 1,10] [--ceph-dir DIR]
+           [--full-write-sizes 1] [--ceph-dir DIR]
 """
 
 import argparse
@@ -663,9 +667,9 @@ def main():
                         help='sizes (GiB) also streamed with allowed_direct'
                              '_url_schemes = file (default 1: download() '
                              'then copies in 64 KiB writes, slow)')
-    parser.add_argument('--full-write-sizes', default='1,10',
+    parser.add_argument('--full-write-sizes', default='1',
                         help='sizes (GiB) also written by qemu-img -S 0 '
-                             '(default 1,10)')
+                             '(default 1)')
     parser.add_argument('--ceph-dir', default=None,
                         help='use the running tools/ceph-dev.sh cluster of '
                              'this directory')
