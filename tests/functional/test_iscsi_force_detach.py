@@ -156,7 +156,7 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
             @functools.wraps(real)
             def crashing(target_self, *args, **kwargs):
                 out = real(target_self, *args, **kwargs)
-                if args[1] != 'show':
+                if args[0] != 'show_targets':
                     calls.append(args)
                     if len(calls) == nth:
                         os._exit(CRASH_EXIT)
@@ -214,14 +214,16 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
     def test_remove_export_failure_leaves_db_unchanged(self):
         vol_id, att, _info, old = self.attached_volume()
         volume = self.db_volume(vol_id)
-        real = self.driver.target._run
+        real = self.driver.target._ops
 
-        def target_busy(args):
-            if args[4:8] == ('--op', 'delete', '--mode', 'target'):
-                return 22, '', 'tgtadm: this target is still active'
-            return real(args)
-        self.driver.target._run = target_busy
-        self.addCleanup(setattr, self.driver.target, '_run', real)
+        class TargetBusy(object):
+            def __getattr__(self, operation):
+                if operation == 'delete_target':
+                    return lambda *args: (
+                        22, '', 'tgtadm: this target is still active')
+                return getattr(real, operation)
+        self.driver.target._ops = TargetBusy()
+        self.addCleanup(setattr, self.driver.target, '_ops', real)
 
         err = self.assertRaises(exception.ForceDetachFailed,
                                 self.driver.force_detach, self.ctxt, volume)
