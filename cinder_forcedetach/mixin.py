@@ -6,26 +6,25 @@ A driver class lists the mixin before its Cinder base class::
         def revoke_host_access(self, volume, connector): ...
         def remove_export(self, context, volume): ...
 
-and gets:
+and gets, all through the one flow of
+:mod:`cinder_forcedetach.flows.force_detach`:
 
 * :meth:`force_detach` -- the full flow (lock, disconnect this host, revoke
   host access, fence, remove export, and only then reset Cinder's DB);
-* :meth:`terminate_connection` -- Cinder's own attachment-delete and
-  ``os-force_detach`` paths run the same teardown, so upstream's API also
-  cleans the backend;
-* :meth:`copy_image_to_volume` -- reimage and create from image behind
-  Cinder's own image gates (a raw image without a temporary file).
+* :meth:`terminate_connection` -- what Cinder's attachment delete and
+  ``os-force_detach`` call: the same tasks without the database;
+* ``remove_export`` under the volume's lock when Cinder calls it;
+* :meth:`copy_image_to_volume` -- reimage behind Cinder's image gates.
 
 What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 (idempotent: what is gone is success), optionally :meth:`fence_clients`,
-:meth:`local_connection_info`, :meth:`image_destination` and
-:meth:`open_volume_for_write`.
+:meth:`local_connection_info`, :meth:`image_destination`,
+:meth:`open_volume_for_write` and ``discard_volume``.
 """
 
 import socket
 
 from cinder import context as cinder_context
-from cinder import coordination
 from cinder import exception
 from cinder.i18n import _
 from cinder import objects
@@ -33,6 +32,7 @@ from cinder.volume import volume_utils
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import image
@@ -50,6 +50,10 @@ class ForceDetachMixin(object):
         if getattr(self, 'configuration', None):
             self.configuration.append_config_values(opts.force_detach_opts)
             self.configuration.append_config_values(opts.image_opts)
+        # Cinder calls remove_export itself (detach, attachment delete,
+        # volume delete): it runs under the volume's lock, as the flow's.
+        self.remove_export_unlocked = self.remove_export
+        self.remove_export = self._remove_export_locked
 
     # -- the public entry points ----------------------------------------
 
@@ -72,49 +76,26 @@ class ForceDetachMixin(object):
         """Refuse a connector with a missing or malformed field.
 
         Cinder calls it before ``create_export``/``initialize_connection``;
-        the force-detach flow and :meth:`terminate_connection` call it
-        before revoking anything.  Every tool-facing field present is
-        checked against its grammar
+        the flow calls it before revoking anything.  Every tool-facing
+        field present is checked against its grammar
         (:mod:`cinder_forcedetach.connector_grammar`).
         """
         connector_grammar.check(connector, self.required_connector_fields)
 
     def terminate_connection(self, volume, connector, **kwargs):
-        """Revoke a host's access (connector None: every host).
+        """Cinder's teardown of one host: the flow, without the database.
 
-        Returns True while the export is still used by another attachment
-        (Cinder then keeps it), as the manager's attachment-delete expects.
-        A malformed connector is refused before anything is revoked.
+        Returns True while another attachment still uses the export
+        (Cinder then keeps it), as the manager's attachment delete expects.
+        Without a connector it tears down every host, and is refused when
+        several attachments are live (Cinder did not say which one leaves).
         """
-        if connector is not None:
-            self.validate_connector(connector)
-        if connector is not None and self._host_has_other_attachment(
-                volume, connector):
-            LOG.info('Volume %s has another attachment on host %s; its '
-                     'access is kept.', volume.id, connector.get('host'))
-            return True
-        still_shared = self.revoke_host_access(volume, connector)
-        remaining = [] if connector is None else [
-            a for a in volume.volume_attachment
-            if force_detach_flow.is_live(a) and a.connector and
-            not force_detach_flow.same_host(a.connector, connector)]
-        self.fence_clients(volume, [connector], remaining)
-        if not still_shared and self._export_left_behind(volume):
-            # os-force_detach of an 'available' volume (force_detach spec
-            # UseCase 5): the manager's detach_volume returns early ("not
-            # attached") and never calls remove_export.
-            LOG.info('Volume %s is available with no attachment: removing '
-                     'its export too.', volume.id)
-            self.remove_export(cinder_context.get_admin_context(), volume)
-        return bool(still_shared)
+        return force_detach_flow.run(
+            cinder_context.get_admin_context(), self, volume,
+            connector=connector, reset_database=False)
 
-    @staticmethod
-    def _export_left_behind(volume):
-        """Whether no later call of Cinder's would remove the export."""
-        return (volume.status == 'available' and
-                volume.attach_status in (None, 'detached') and
-                not any(force_detach_flow.is_live(a)
-                        for a in volume.volume_attachment))
+    def _remove_export_locked(self, context, volume):
+        force_detach_flow.run_remove_export(context, self, volume)
 
     # -- hooks a driver implements ----------------------------------------
 
@@ -183,12 +164,6 @@ class ForceDetachMixin(object):
             brick.disconnect_volume(properties, None, force=True,
                                     ignore_errors=True)
 
-    def _host_has_other_attachment(self, volume, connector):
-        live = [a for a in volume.volume_attachment
-                if force_detach_flow.is_live(a)
-                and force_detach_flow.same_host(a.connector, connector)]
-        return len(live) > 1
-
     # -- reimage ---------------------------------------------------------
 
     def copy_image_to_volume(self, context, volume, image_service, image_id,
@@ -198,9 +173,12 @@ class ForceDetachMixin(object):
         A raw image is streamed (no temporary file) after the format
         inspector has passed its head; any other format goes through
         upstream's ``fetch_to_raw``; see :mod:`cinder_forcedetach.image`.
-        *discard*: see :func:`cinder_forcedetach.image.fetch_to_volume`.
+        *discard*: see :func:`cinder_forcedetach.image.fetch_to_volume`;
+        by default the driver's ``discard_volume(volume)`` if it has one.
         """
         conf = self.configuration
+        if discard is None and hasattr(self, 'discard_volume'):
+            discard = lambda: self.discard_volume(volume)  # noqa: E731
         try:
             image.copy_to_volume(
                 context, image_service, image_id, volume.size,
@@ -243,7 +221,7 @@ class ForceDetachMixin(object):
         the attachment, flattened as Cinder stores it, and returns it.
         Under the volume's force-detach lock, so it never races one.
         """
-        if not attachment.connector or not force_detach_flow.is_live(
+        if not attachment.connector or not fd_attachments.is_live(
                 attachment):
             raise exception.InvalidInput(reason=_(
                 'attachment %(att)s has no live connection to refresh '
@@ -253,9 +231,7 @@ class ForceDetachMixin(object):
                     'conn': 'set' if attachment.connector else 'none'})
         volume = objects.Volume.get_by_id(context, attachment.volume_id)
         self.validate_connector(attachment.connector)
-        lock = coordination.COORDINATOR.get_lock(
-            force_detach_flow.lock_name(volume.id))
-        with lock:
+        with force_detach_flow.volume_lock(volume.id):
             new = self.initialize_connection(volume, attachment.connector)
             info = dict(new.get('data') or {})
             old = attachment.connection_info or {}

@@ -18,9 +18,9 @@ from cinder import interface
 from cinder.volume import volume_utils
 from oslo_log import log as logging
 
+from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.drivers import common
-from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import mixin
 from cinder_forcedetach import opts
 from cinder_forcedetach.targets import tgt
@@ -114,15 +114,16 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
         if state is not None and state.acls:
             users = {a.connector.get('initiator')
                      for a in volume.volume_attachment
-                     if force_detach_flow.is_live(a) and a.connector}
+                     if fd_attachments.is_live(a) and a.connector}
             kept = sorted(users.intersection(state.acls))
             if kept:
                 LOG.info('Export of volume %s kept: still used by %s.',
                          volume.id, ', '.join(kept))
                 return
-        self.target.unexport(name)
+        self.target.unexport(name, state)
         username, _password = self._chap(volume)
-        if username:
+        if username and (state is None or username not in state.accounts):
+            # Not bound to the target (an interrupted run): apart.
             self.target.delete_account(username)
 
     @staticmethod
@@ -189,9 +190,9 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
         for attachment in volume.volume_attachment:
             other = attachment.connector or {}
             initiator = other.get('initiator')
-            if (force_detach_flow.is_live(attachment) and
+            if (fd_attachments.is_live(attachment) and
                     connector_grammar.is_iscsi_name(initiator) and
-                    not force_detach_flow.same_host(other, connector) and
+                    not fd_attachments.same_host(other, connector) and
                     initiator not in kept):
                 kept.append(initiator)
         return kept

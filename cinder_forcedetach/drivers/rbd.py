@@ -63,7 +63,7 @@ from oslo_log import log as logging
 from oslo_utils import timeutils
 from oslo_utils import units
 
-from cinder_forcedetach.flows import force_detach as force_detach_flow
+from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import image as fd_image
 from cinder_forcedetach import mixin
 from cinder_forcedetach import opts
@@ -239,7 +239,7 @@ def select_fence_targets(holders, own_addrs, connectors, keep_connectors,
     for c in keep_connectors:
         keep |= connector_ips(c, resolve)
     for c in connectors:
-        if c is not None and not any(force_detach_flow.same_host(k, c)
+        if c is not None and not any(fd_attachments.same_host(k, c)
                                      for k in keep_connectors):
             wanted |= connector_ips(c, resolve)
     targets, spared, unexplained, seen = [], [], [], set()
@@ -736,8 +736,8 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
         if connector is None:
             return False
         return any(
-            force_detach_flow.is_live(a) and a.connector and
-            not force_detach_flow.same_host(a.connector, connector)
+            fd_attachments.is_live(a) and a.connector and
+            not fd_attachments.same_host(a.connector, connector)
             for a in volume.volume_attachment)
 
     def fence_clients(self, volume, connectors, keep_attachments):

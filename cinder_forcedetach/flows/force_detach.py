@@ -1,4 +1,38 @@
-"""The force-detach flow: tear the backend down, then reset Cinder's state.
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The one teardown order, for every way Cinder detaches and for ours.
+
+========================  ===================================================
+caller                    flow
+========================  ===================================================
+``force_detach``          lock, resolve, disconnect this host, revoke host
+(our CLI, the audit)      access, fence, remove export, **reset the DB**,
+                          notify, unlock
+``terminate_connection``  lock, resolve, disconnect this host, revoke host
+(Cinder: os-force_detach, access, fence, remove export, unlock: the same
+attachment delete,        tasks without the database (Cinder updates its own
+its own host copies)      rows afterwards)
+``remove_export``         lock, remove export, unlock (one task: no engine)
+(Cinder: detach,
+attachment delete)
+========================  ===================================================
+
+Which attachments leave is read from what Cinder gives: the connector of
+the host (``terminate_connection``), an attachment id (``force_detach``),
+or nothing (every host).  Cinder's ``terminate_connection`` without a
+connector names no attachment: on a volume with several live attachments
+it is refused rather than guessed at; one host's attachment among several
+on that host leaves the host's access in place.
 
 Every task is idempotent, so a second run, or a run after a crash at any
 step, converges.  No task undoes backend teardown on revert (re-exporting a
@@ -12,10 +46,13 @@ from cinder import flow_utils
 from cinder.i18n import _
 from cinder import objects
 from cinder.objects import fields
+from cinder import rpc
+from cinder.volume import volume_utils
 from oslo_log import log as logging
 import taskflow.engines
 from taskflow.patterns import linear_flow
 
+from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import exception as fd_exception
 
 LOG = logging.getLogger(__name__)
@@ -28,46 +65,16 @@ ACTION = 'volume:force_detach'
 ALLOWED_STATUSES = ('available', 'in-use', 'attaching', 'detaching',
                     'reserved', 'error', 'error_attaching',
                     'error_detaching')
-ENDED_ATTACH_STATUSES = (fields.VolumeAttachStatus.DETACHED,
-                         fields.VolumeAttachStatus.DELETED)
-
-
-def is_live(attachment):
-    """Whether an attachment still (or may still) reaches the backend."""
-    return attachment.attach_status not in ENDED_ATTACH_STATUSES
-
-
-class Attachments(list):
-    """Attachments passed between tasks; shown by id only.
-
-    Taskflow's listener logs task results: the attachments' connection_info
-    holds CHAP passwords, which must not reach the logs.
-    """
-
-    def __repr__(self):
-        return 'Attachments(%s)' % ', '.join(a.id for a in self)
-
-    __str__ = __repr__
 
 
 def lock_name(volume_id):
-    """Name of the coordination lock that serialises force-detach."""
+    """Name of the coordination lock that serialises a volume's teardown."""
     return 'cinder-forcedetach-%s' % volume_id
 
 
-class LockVolumeTask(flow_utils.CinderTask):
-    """Take the volume's lock across all volume services (tooz)."""
-
-    default_provides = 'lock'
-
-    def execute(self, volume):
-        lock = coordination.COORDINATOR.get_lock(lock_name(volume.id))
-        lock.acquire(blocking=True)
-        return lock
-
-    def revert(self, volume, result, **kwargs):
-        if result is not None and not isinstance(result, Exception):
-            _release(result)
+def volume_lock(volume_id):
+    """The volume's tooz lock (a context manager), across volume services."""
+    return coordination.COORDINATOR.get_lock(lock_name(volume_id))
 
 
 def _release(lock):
@@ -77,45 +84,100 @@ def _release(lock):
         LOG.debug('Force-detach lock was already released.')
 
 
-class ResolveAttachmentsTask(flow_utils.CinderTask):
-    """Check the request and split attachments into detaching/remaining."""
+class _DriverTask(flow_utils.CinderTask):
+    """A task that works through the driver it was built with."""
 
-    default_provides = ('detaching', 'remaining')
+    def __init__(self, driver, **kwargs):
+        super(_DriverTask, self).__init__(**kwargs)
+        self.driver = driver
 
-    def execute(self, context, driver, volume, connector, attachment_id):
+
+class LockVolumeTask(flow_utils.CinderTask):
+    """Take the volume's lock across all volume services (tooz)."""
+
+    default_provides = 'lock'
+
+    def execute(self, volume):
+        lock = volume_lock(volume.id)
+        lock.acquire(blocking=True)
+        return lock
+
+    def revert(self, volume, result, **kwargs):
+        if result is not None and not isinstance(result, Exception):
+            _release(result)
+
+
+class ResolveAttachmentsTask(_DriverTask):
+    """Check the request; split attachments; say which hosts to revoke.
+
+    :param reset_database: True for our force-detach, which owns the
+        volume's state; False on Cinder's ``terminate_connection`` path,
+        where Cinder owns it (its own host copies run in ``backing-up``,
+        ``downloading``...) and resets its rows itself.
+    """
+
+    default_provides = ('detaching', 'remaining', 'revoke')
+
+    def __init__(self, driver, reset_database, **kwargs):
+        super(ResolveAttachmentsTask, self).__init__(driver, **kwargs)
+        self.reset_database = reset_database
+
+    def execute(self, context, volume, connector, attachment_id):
         volume.refresh()
-        if volume.status not in ALLOWED_STATUSES:
+        if self.reset_database and volume.status not in ALLOWED_STATUSES:
             raise exception.InvalidVolume(
                 reason=_('volume status is %(status)s; force-detach needs '
                          'one of %(allowed)s') % {
                     'status': volume.status,
                     'allowed': ', '.join(ALLOWED_STATUSES)})
         if connector is not None:
-            if not isinstance(connector, dict):
-                raise exception.InvalidConnectorException(
-                    missing=_('a connector dictionary (got %s)') %
-                    type(connector).__name__)
-            driver.validate_connector(connector)
-
-        attachments = [a for a in objects.VolumeAttachmentList.
-                       get_all_by_volume_id(context, volume.id)
-                       if is_live(a)]
+            self.driver.validate_connector(connector)
+        live = [a for a in objects.VolumeAttachmentList.get_all_by_volume_id(
+            context, volume.id) if fd_attachments.is_live(a)]
         if attachment_id:
-            detaching = [a for a in attachments if a.id == attachment_id]
+            detaching = [a for a in live if a.id == attachment_id]
             if not detaching:
                 _check_attachment_was_ours(context, volume, attachment_id)
         elif connector is not None:
-            detaching = [a for a in attachments
-                         if same_host(a.connector, connector)]
+            detaching = [a for a in live
+                         if fd_attachments.same_host(a.connector, connector)]
         else:
-            detaching = attachments
-        detaching_ids = {a.id for a in detaching}
-        remaining = [a for a in attachments if a.id not in detaching_ids]
-        LOG.info('Force-detach of volume %(vol)s: %(n)d attachment(s) to '
-                 'detach, %(m)d kept.', {'vol': volume.id,
-                                         'n': len(detaching),
-                                         'm': len(remaining)})
-        return Attachments(detaching), Attachments(remaining)
+            detaching = live
+        kept = not self.reset_database and self._host_keeps_access(
+            volume, connector, live, detaching)
+        if kept:
+            detaching = []
+        ids = {a.id for a in detaching}
+        remaining = [a for a in live if a.id not in ids]
+        revoke = [] if kept else connectors_to_revoke(connector, detaching,
+                                                      remaining)
+        LOG.info('Teardown of volume %(vol)s: %(n)d attachment(s) leave, '
+                 '%(m)d stay, %(r)d host(s) revoked.',
+                 {'vol': volume.id, 'n': len(detaching), 'm': len(remaining),
+                  'r': len(revoke)})
+        return (fd_attachments.Attachments(detaching),
+                fd_attachments.Attachments(remaining), revoke)
+
+    @staticmethod
+    def _host_keeps_access(volume, connector, live, detaching):
+        """Cinder's ``terminate_connection`` ends one attachment.
+
+        Without a connector it names none: refused when several are live.
+        With one, a host that has other attachments keeps its access.
+        """
+        if connector is None and len(live) > 1:
+            raise exception.InvalidInput(reason=_(
+                'volume %(vol)s has %(n)d live attachments and Cinder gave '
+                'no connector: which host leaves is unknown, nothing was '
+                'revoked; give the connector of the host that leaves') % {
+                    'vol': volume.id, 'n': len(live)})
+        if connector is not None and len(detaching) > 1:
+            LOG.info('Volume %(vol)s has %(n)d attachments on host %(host)s;'
+                     ' its access is kept.', {'vol': volume.id,
+                                              'n': len(detaching),
+                                              'host': connector.get('host')})
+            return True
+        return False
 
 
 def _check_attachment_was_ours(context, volume, attachment_id):
@@ -136,17 +198,6 @@ def _check_attachment_was_ours(context, volume, attachment_id):
              'teardown only.', attachment_id)
 
 
-def same_host(attachment_connector, connector):
-    if not attachment_connector:
-        return False
-    for key in ('host', 'initiator'):
-        if attachment_connector.get(key) and (
-                attachment_connector.get(key) == connector.get(key)):
-            return True
-    wwpns = set(attachment_connector.get('wwpns') or [])
-    return bool(wwpns & set(connector.get('wwpns') or []))
-
-
 def connectors_to_revoke(connector, detaching, remaining):
     """Which host connectors lose access; [None] means every host."""
     if connector is not None:
@@ -156,45 +207,71 @@ def connectors_to_revoke(connector, detaching, remaining):
     return [a.connector for a in detaching if a.connector]
 
 
-class DisconnectLocalHostTask(flow_utils.CinderTask):
+class NotifyTask(_DriverTask):
+    """Emit ``detach.start``/``detach.end``, as Cinder's detach does."""
+
+    def __init__(self, driver, event, **kwargs):
+        super(NotifyTask, self).__init__(driver, addons=[event], **kwargs)
+        self.event = event
+
+    def execute(self, context, volume):
+        if not rpc.initialized():
+            return      # a process without messaging (the operator CLI)
+        try:
+            volume_utils.notify_about_volume_usage(
+                context, volume, self.event,
+                host=getattr(self.driver, 'host', None))
+        except Exception:
+            LOG.warning('Could not notify %(event)s of volume %(vol)s.',
+                        {'event': self.event, 'vol': volume.id},
+                        exc_info=True)
+
+
+class DisconnectLocalHostTask(_DriverTask):
     """Disconnect this host's own connection (os-brick, force) first.
 
     It runs before the backend revokes access so that os-brick can still
     flush buffered writes on a path that is up.
     """
 
-    def execute(self, driver, volume, connector, detaching):
-        driver.disconnect_local_host(volume, connector, detaching)
+    def execute(self, volume, connector, detaching, revoke):
+        if revoke:
+            self.driver.disconnect_local_host(volume, connector, detaching)
 
 
-class RevokeHostAccessTask(flow_utils.CinderTask):
-    """Terminate the backend connections of the hosts being detached."""
+class RevokeHostAccessTask(_DriverTask):
+    """Terminate the backend connections of the hosts that leave."""
 
-    default_provides = 'revoked'
-
-    def execute(self, driver, volume, connector, detaching, remaining):
-        revoked = connectors_to_revoke(connector, detaching, remaining)
-        for host_connector in revoked:
-            driver.revoke_host_access(volume, host_connector)
-        return revoked
+    def execute(self, volume, revoke):
+        for host_connector in revoke:
+            self.driver.revoke_host_access(volume, host_connector)
 
 
-class FenceClientsTask(flow_utils.CinderTask):
+class FenceClientsTask(_DriverTask):
     """Cut off clients that still hold the volume (driver hook)."""
 
-    def execute(self, driver, volume, revoked, remaining):
-        driver.fence_clients(volume, revoked, remaining)
+    def execute(self, volume, revoke, remaining):
+        if revoke:
+            self.driver.fence_clients(volume, revoke, remaining)
 
 
-class RemoveExportTask(flow_utils.CinderTask):
-    """Remove the export when no remaining attachment still uses it."""
+class RemoveExportTask(_DriverTask):
+    """Remove the export when no remaining attachment still uses it.
 
-    def execute(self, context, driver, volume, remaining):
-        if remaining:
+    :param always: Cinder's own ``remove_export`` call: the driver decides
+        whether another host still uses the export.
+    """
+
+    def __init__(self, driver, always=False, **kwargs):
+        super(RemoveExportTask, self).__init__(driver, **kwargs)
+        self.always = always
+
+    def execute(self, context, volume, remaining=()):
+        if remaining and not self.always:
             LOG.info('Volume %(vol)s keeps its export for %(n)d other '
                      'attachment(s).', {'vol': volume.id, 'n': len(remaining)})
             return
-        driver.remove_export(context, volume)
+        self.driver.remove_export_unlocked(context, volume)
 
 
 class ResetDatabaseTask(flow_utils.CinderTask):
@@ -222,26 +299,25 @@ class ReleaseLockTask(flow_utils.CinderTask):
         _release(lock)
 
 
-def get_flow(driver):
-    """The force-detach flow, in the order its steps must happen."""
+def get_flow(driver, reset_database=True):
+    """Our force-detach (reset_database) or Cinder's terminate_connection."""
     flow = linear_flow.Flow(ACTION.replace(':', '_'))
     flow.add(LockVolumeTask(),
-             ResolveAttachmentsTask(),
-             DisconnectLocalHostTask(),
-             RevokeHostAccessTask(),
-             FenceClientsTask(),
-             RemoveExportTask(),
-             ResetDatabaseTask(),
-             ReleaseLockTask())
+             ResolveAttachmentsTask(driver, reset_database))
+    if reset_database:
+        flow.add(NotifyTask(driver, 'detach.start'))
+    flow.add(DisconnectLocalHostTask(driver),
+             RevokeHostAccessTask(driver),
+             FenceClientsTask(driver),
+             RemoveExportTask(driver))
+    if reset_database:
+        flow.add(ResetDatabaseTask(), NotifyTask(driver, 'detach.end'))
+    flow.add(ReleaseLockTask())
     return flow
 
 
-def run(context, driver, volume, connector=None, attachment_id=None):
-    """Run the flow; wrap a backend failure with the name of its step."""
-    engine = taskflow.engines.load(
-        get_flow(driver), engine='serial',
-        store={'context': context, 'driver': driver, 'volume': volume,
-               'connector': connector, 'attachment_id': attachment_id})
+def _run(flow, volume, store):
+    engine = taskflow.engines.load(flow, engine='serial', store=store)
     try:
         with flow_utils.DynamicLogListener(engine, logger=LOG):
             engine.run()
@@ -250,8 +326,30 @@ def run(context, driver, volume, connector=None, attachment_id=None):
         raise
     except Exception as err:
         failures = engine.storage.get_execute_failures()
-        step = next(iter(failures), 'unknown').rsplit('.', 1)[-1]
-        LOG.error('Force-detach of volume %(vol)s failed at %(step)s; '
+        step = next(iter(failures), 'unknown').replace(__name__ + '.', '')
+        LOG.error('Teardown of volume %(vol)s failed at %(step)s; '
                   'database unchanged.', {'vol': volume.id, 'step': step})
         raise fd_exception.ForceDetachFailed(
             volume_id=volume.id, step=step, reason=err) from err
+    return engine.storage
+
+
+def run(context, driver, volume, connector=None, attachment_id=None,
+        reset_database=True):
+    """Run the flow; returns whether attachments remain (export shared).
+
+    A backend failure is raised as ``ForceDetachFailed`` naming its step.
+    """
+    storage = _run(get_flow(driver, reset_database), volume, {
+        'context': context, 'volume': volume, 'connector': connector,
+        'attachment_id': attachment_id})
+    return bool(storage.fetch('remaining'))
+
+
+def run_remove_export(context, driver, volume):
+    """Cinder's own ``remove_export`` call: the same task, the same lock.
+
+    One task needs no engine (loading one costs ~10 ms a volume).
+    """
+    with volume_lock(volume.id):
+        RemoveExportTask(driver, always=True).execute(context, volume)

@@ -73,5 +73,8 @@ class ExportTarget(object, metaclass=abc.ABCMeta):
         """
 
     @abc.abstractmethod
-    def unexport(self, name):
-        """Remove target *name*, its LUNs, sessions and CHAP account."""
+    def unexport(self, name, state=None):
+        """Remove target *name*, its LUNs, sessions and CHAP account.
+
+        *state*: its :class:`TargetState` if the caller just read it.
+        """

@@ -62,35 +62,30 @@ def _check_sections(state, sections):
                 state.name, ', '.join(sections), ', '.join(SECTIONS)))
 
 
-def parse_targets(output):
-    """Parse ``tgtadm --op show --mode target`` into TargetState objects.
-
-    An initiator controls the name and alias it logs in with, which tgtd
-    prints as is, inside the target's I_T nexus section: a newline there
-    could forge any line.  So only lines at the indentation tgtd gives
-    them count, a name is the first word of its line, and a listing whose
-    targets do not each have tgtd's five sections in order, or that names
-    a target or tid twice, is refused rather than guessed at.
-    """
-    targets, tids = {}, set()
-    current = session = None
-    sections = []
+def _blocks(output):
+    """``{name: (tid, lines)}`` of each target; refuses a repeated one."""
+    blocks, tids, lines = {}, set(), None
     for raw in output.splitlines():
-        match = _TARGET_RE.match(raw)
+        match = _TARGET_RE.match(raw) if raw.startswith('Target ') else None
         if match:
-            _check_sections(current, sections)
             tid, name = int(match.group(1)), match.group(2)
-            if name in targets or tid in tids:
+            if name in blocks or tid in tids:
                 raise exception.TargetCommandFailed(
                     command='show', reason='target %r or tid %d is listed '
                     'twice: the listing is ambiguous' % (name, tid))
-            current = base.TargetState(tid=tid, name=name)
-            targets[name] = current
             tids.add(tid)
-            sections, session = [], None
-            continue
-        if current is None:
-            continue
+            lines = []
+            blocks[name] = (tid, lines)
+        elif lines is not None:
+            lines.append(raw)
+    return blocks
+
+
+def _parse_block(name, tid, lines):
+    state = base.TargetState(tid=tid, name=name)
+    session = None
+    sections = []
+    for raw in lines:
         match = _SECTION_RE.match(raw)
         if match:
             sections.append(match.group(1))
@@ -98,13 +93,13 @@ def parse_targets(output):
             continue
         section = sections[-1] if sections else None
         entry = _ENTRY_RE.match(raw)
-        sub = _SUB_ENTRY_RE.match(raw)
         if section == 'I_T nexus':
+            sub = _SUB_ENTRY_RE.match(raw)
             if entry and entry.group(1).startswith('I_T nexus:'):
                 session = base.Session(
                     sid=int(entry.group(1).split(':', 1)[1]),
                     initiator='', connections=[])
-                current.sessions.append(session)
+                state.sessions.append(session)
             elif sub and session is not None:
                 key, _sep, value = sub.group(1).partition(': ')
                 if key == 'Initiator' and not session.initiator:
@@ -113,17 +108,36 @@ def parse_targets(output):
                     session.connections.append(int(value))
         elif section == 'LUN' and entry and entry.group(1).startswith(
                 'LUN:'):
-            current.luns.append(int(entry.group(1).split(':', 1)[1]))
+            state.luns.append(int(entry.group(1).split(':', 1)[1]))
         elif section == 'Account' and entry:
-            current.accounts.append(entry.group(1).split()[0])
+            state.accounts.append(entry.group(1).split()[0])
         elif section == 'ACL' and entry:
             acl = entry.group(1)
             if _is_address_acl(acl):
-                current.address_acls.append(acl)
+                state.address_acls.append(acl)
             else:
-                current.acls.append(acl)
-    _check_sections(current, sections)
-    return targets
+                state.acls.append(acl)
+    _check_sections(state, sections)
+    return state
+
+
+def parse_targets(output, only=None):
+    """Parse ``tgtadm --op show --mode target`` into TargetState objects.
+
+    An initiator controls the name and alias it logs in with, which tgtd
+    prints as is, inside the target's I_T nexus section: a newline there
+    could forge any line.  So only lines at the indentation tgtd gives
+    them count, a name is the first word of its line, and a listing that
+    names a target or tid twice, or whose target does not have tgtd's five
+    sections in order, is refused rather than guessed at.
+
+    :param only: parse just this target (every header is still checked).
+    """
+    blocks = _blocks(output)
+    if only is not None:
+        blocks = {only: blocks[only]} if only in blocks else {}
+    return {name: _parse_block(name, tid, lines)
+            for name, (tid, lines) in blocks.items()}
 
 
 class TgtAdm(base.ExportTarget):
@@ -166,7 +180,8 @@ class TgtAdm(base.ExportTarget):
         return parse_targets(self._tgtadm('show_targets'))
 
     def find(self, name):
-        return self.list_targets().get(name)
+        return parse_targets(self._tgtadm('show_targets'),
+                             only=name).get(name)
 
     # -- export ----------------------------------------------------------
 
@@ -279,8 +294,12 @@ class TgtAdm(base.ExportTarget):
         self._revoke_state(state, sorted(set(initiators) | unkept))
         return state
 
-    def unexport(self, name):
-        state = self.find(name)
+    def unexport(self, name, state=None):
+        """See :meth:`base.ExportTarget.unexport`.
+
+        *state*: the target as just listed, to save listing it again.
+        """
+        state = state or self.find(name)
         if state is None:
             LOG.debug('Target %s already removed.', name)
             return

@@ -146,7 +146,9 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
         self.assertEqual(CRASH_EXIT, os.waitstatus_to_exitcode(status),
                          'the child did not crash where asked: ' + why)
 
-    @ddt.data(1, 2, 3, 4, 5)
+    # The teardown's target commands: unbind the ACL, drop the session,
+    # delete the target, delete the CHAP account.
+    @ddt.data(1, 2, 3, 4)
     def test_crash_after_nth_target_command_then_rerun(self, nth):
         vol_id, _att, _info, old = self.attached_volume()
         real = tgt.TgtAdm._tgtadm

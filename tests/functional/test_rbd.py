@@ -985,7 +985,7 @@ class FenceTestCase(RBDTestCase):
                                 volume, connector=connector_for('compute1'))
         self.assertIn('FenceClientsTask', str(err))
         # what Cinder's os-force_detach and attachment delete run
-        err2 = self.assertRaises(rbd_driver.FenceFailed,
+        err2 = self.assertRaises(fd_exception.ForceDetachFailed,
                                  self.driver.terminate_connection,
                                  self.db_volume(vol_id),
                                  connector_for('compute1'))

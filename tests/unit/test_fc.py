@@ -169,25 +169,6 @@ class MaskingAndZoningTestCase(FCTestCase):
         for label in zoned:
             self.assert_zones_complete(label)
 
-    @ddt.data('A', None)
-    def test_terminate_connection_is_the_same_teardown(self, host):
-        """Cinder's own attachment-delete / os-force_detach path."""
-        self.attach('v1', 'A')
-        self.attach('v2', 'B')
-        volume = self.volume('v1', attachments=['A'])
-        conn = None if host is None else connector(host)
-        self.assertFalse(self.driver.terminate_connection(volume, conn))
-        self.assertEqual({'v2': ['B']}, self.maps())
-        self.assertEqual({'B'}, self.zoned())
-
-    def test_second_attachment_on_same_host_keeps_access(self):
-        self.attach('v1', 'A')
-        volume = self.volume('v1', attachments=['A', 'A'])
-        self.assertTrue(self.driver.terminate_connection(volume,
-                                                         connector('A')))
-        self.assertEqual({'v1': ['A']}, self.maps())
-        self.assertEqual({'A'}, self.zoned())
-
     def test_zones_of_a_dead_host_are_removed(self):
         """A dead host's HBAs left the name server; its zones still go."""
         self.attach('v1', 'A')

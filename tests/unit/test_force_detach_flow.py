@@ -5,6 +5,7 @@ import types
 import ddt
 import testtools
 
+from cinder_forcedetach import attachments
 from cinder_forcedetach.flows import force_detach as flow
 
 A = {'host': 'compute1', 'initiator': 'iqn.a', 'wwpns': ['50014380186af83c']}
@@ -45,28 +46,41 @@ class FlowDecisionsTestCase(testtools.TestCase):
         ({}, A, False),
     )
     def test_same_host(self, attachment_connector, connector, expected):
-        self.assertEqual(expected,
-                         flow.same_host(attachment_connector, connector))
+        self.assertEqual(expected, attachments.same_host(
+            attachment_connector, connector))
 
     @ddt.data('attached', 'attaching', 'reserved', 'error_detaching',
               'error_attaching')
     def test_live(self, status):
-        self.assertTrue(flow.is_live(att('1', A, status)))
+        self.assertTrue(attachments.is_live(att('1', A, status)))
 
     @ddt.data('detached', 'deleted')
     def test_ended(self, status):
-        self.assertFalse(flow.is_live(att('1', A, status)))
+        self.assertFalse(attachments.is_live(att('1', A, status)))
 
     def test_attachments_are_logged_by_id_only(self):
         secret = dict(A, auth_password='s3cret')
-        shown = repr(flow.Attachments([att('1', secret), att('2', B)]))
+        shown = repr(attachments.Attachments([att('1', secret), att('2', B)]))
         self.assertEqual('Attachments(1, 2)', shown)
-        self.assertNotIn('s3cret', str(flow.Attachments([att('1', secret)])))
+        self.assertNotIn('s3cret',
+                         str(attachments.Attachments([att('1', secret)])))
 
     def test_flow_order(self):
-        names = [task.name.rsplit('.', 1)[-1]
+        names = [task.name.replace(flow.__name__ + '.', '')
                  for task, _meta in flow.get_flow(None).iter_nodes()]
+        self.assertEqual(['LockVolumeTask', 'ResolveAttachmentsTask',
+                          'NotifyTask;detach.start',
+                          'DisconnectLocalHostTask', 'RevokeHostAccessTask',
+                          'FenceClientsTask', 'RemoveExportTask',
+                          'ResetDatabaseTask', 'NotifyTask;detach.end',
+                          'ReleaseLockTask'], names)
+
+    def test_cinder_terminate_connection_flow_order(self):
+        """The same tasks, without the database and notifications."""
+        names = [task.name.replace(flow.__name__ + '.', '')
+                 for task, _meta in
+                 flow.get_flow(None, reset_database=False).iter_nodes()]
         self.assertEqual(['LockVolumeTask', 'ResolveAttachmentsTask',
                           'DisconnectLocalHostTask', 'RevokeHostAccessTask',
                           'FenceClientsTask', 'RemoveExportTask',
-                          'ResetDatabaseTask', 'ReleaseLockTask'], names)
+                          'ReleaseLockTask'], names)

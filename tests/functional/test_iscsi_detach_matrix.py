@@ -1,0 +1,95 @@
+"""Every way Cinder's os-force_detach reaches the driver, with live hosts.
+
+Rows: {one attachment, two on one host, two on two hosts} x {connector and
+attachment id, attachment id alone, neither} x {admin, service}, through
+the real API on a real tgtd, a live qemu-io initiator per attachment.
+After each call the database and the backend agree: every host with a live
+attachment can write, every other host cannot, and a volume with no live
+attachment has no target.  Where Cinder names no host (no connector) on a
+volume with several live attachments, the driver cannot know which one
+leaves: the call fails (500) with nothing changed.  Without a service
+token Cinder itself refuses (409) to end one of several attachments.
+"""
+
+import ddt
+
+from cinder.tests.functional.api import client
+
+from tests.functional import base
+
+LAYOUTS = {
+    'single': ['compute1'],
+    'same_host': ['compute1', 'compute1'],
+    'two_hosts': ['compute1', 'compute2'],
+}
+CASES = [(layout, request, service)
+         for layout in LAYOUTS
+         for request in ('connector', 'attachment', 'neither')
+         for service in (False, True)]
+
+
+@ddt.ddt
+class DetachMatrixTestCase(base.CinderTgtTestCase):
+
+    def setup_layout(self, layout):
+        hosts = LAYOUTS[layout]
+        extra = ({'volume_type': self.multiattach_type()}
+                 if len(hosts) > 1 else {})
+        vol_id = self.create_volume(**extra)['id']
+        attached = []
+        for host in hosts:
+            att, info = self.attach(vol_id, host)
+            attached.append((att['id'], host, self.login(info, host)))
+        return vol_id, attached
+
+    def assert_agree(self, vol_id, attached):
+        """The database and the backend tell the same story.
+
+        Access belongs to a host, not to an attachment: a host with a live
+        attachment can write, every other host cannot.
+        """
+        live = {a['attachment_id'] for a in
+                self.api.get_volume(vol_id)['attachments']}
+        live_hosts = {host for att_id, host, _s in attached if att_id in live}
+        state = self.target_state(vol_id)
+        if not live:
+            self.assertIsNone(state)
+        for offset, (att_id, host, session) in enumerate(attached):
+            wrote = session.write(0x40 + offset, offset=offset * 4096,
+                                  timeout=3)
+            if host in live_hosts:
+                self.assertTrue(wrote, '%s of live %s cannot write' % (
+                    att_id, host))
+                self.assertIn(base.initiator_name(host), state.acls)
+            else:
+                self.assertNotEqual(True, wrote, '%s of detached %s still '
+                                    'writes' % (att_id, host))
+        return live
+
+    @ddt.data(*CASES)
+    @ddt.unpack
+    def test_os_force_detach(self, layout, request, service):
+        vol_id, attached = self.setup_layout(layout)
+        leaving_id, leaving_host, _session = attached[0]
+        connector = (base.connector_for(leaving_host)
+                     if request == 'connector' else None)
+        attachment_id = leaving_id if request != 'neither' else None
+        # Cinder's bug 2004555 guard: only a service may end one of
+        # several attachments (409 before any driver call).
+        refused_status = (409 if len(attached) > 1 and not service else
+                          500 if len(attached) > 1 and connector is None
+                          else None)
+        if refused_status:
+            err = self.assertRaises(
+                client.OpenStackApiException, self.force_detach_api, vol_id,
+                connector, attachment_id, service=service)
+            self.assertEqual(refused_status, err.response.status_code)
+        else:
+            self.force_detach_api(vol_id, connector, attachment_id,
+                                  service=service)
+        self.wait_volume(vol_id, ('available', 'in-use'))
+        live = self.assert_agree(vol_id, attached)
+        expected = {a for a, _h, _s in attached}
+        if not refused_status:
+            expected.discard(leaving_id)
+        self.assertEqual(expected, live)
