@@ -11,7 +11,9 @@ handed to qemu-img.
   from) has seen them: content of another format (a qcow2, vmdk... declared
   raw) or failing the inspector's safety checks is refused before a byte
   reaches the volume, and so is an image larger than the volume (a stream
-  longer than its declared size is cut off at the volume's end).
+  longer than its declared size is cut off at the volume's end).  Where the
+  volume reads zeros already (a new volume, or one the driver's ``discard``
+  deallocated after that check), the image's zeros are skipped, not written.
 * Any other image goes through upstream's ``image_utils.fetch_to_raw`` into
   a temporary raw file in ``image_conversion_dir`` (format inspector,
   ``qemu-img info``, format mismatch, backing and data files, VMDK create
@@ -40,6 +42,12 @@ HEAD_BYTES = units.Mi
 #: What the inspector may find in a raw image (upstream's inspector and
 #: ``qemu-img info`` call a partitioned disk, an ISO or LUKS raw too).
 RAW_CONTENT = frozenset(['raw', 'gpt', 'iso', 'luks'])
+#: A raw stream is written in blocks of this size...
+BLOCK_BYTES = 4 * units.Mi
+#: ... and, where the volume reads zeros already, all-zero grains of this
+#: size are skipped, not written.
+GRAIN_BYTES = 64 * units.Ki
+_ZEROS = memoryview(bytes(BLOCK_BYTES))
 
 
 def unacceptable(image_id, reason):
@@ -119,14 +127,27 @@ def check_source(image_id, disk_format, source, head, volume_size_gb,
 
 
 class _RawSink(object):
-    """Where ``download()`` writes a raw image: its head, then the volume."""
+    """Where ``download()`` writes a raw image: its head, then the volume.
 
-    def __init__(self, image_id, volume_size_gb, open_destination):
+    Nothing reaches the volume (nor is *discard* called) before
+    :func:`check_head` has passed the first :data:`HEAD_BYTES`.  Data goes
+    out in blocks of :data:`BLOCK_BYTES`; when the volume reads zeros
+    already (*sparse*: a new volume, or *discard* called once the head
+    passed and returning True), all-zero :data:`GRAIN_BYTES` are skipped.
+    """
+
+    def __init__(self, image_id, volume_size_gb, open_destination,
+                 sparse=False, discard=None):
         self.image_id = image_id
         self.volume_size_gb = volume_size_gb
         self.open_destination = open_destination
-        self.head = bytearray()
-        self.written = 0
+        self.skip_zeros = sparse
+        self.discard = discard
+        self.pending = []           # received, not yet written
+        self.pending_len = 0
+        self.written = 0            # bytes received
+        self.pos = 0                # volume offset of pending[0]
+        self.at = 0                 # the volume's file position
         self.volume = None
 
     def write(self, data):
@@ -136,22 +157,44 @@ class _RawSink(object):
                 image_id=self.image_id,
                 reason=_('download exceeded the volume size of %d GiB')
                 % self.volume_size_gb)
-        if self.volume is not None:
-            self.volume.write(data)
-            return
-        self.head += data
-        if len(self.head) >= HEAD_BYTES:
+        self.pending.append(bytes(data))
+        self.pending_len += len(data)
+        if self.volume is None:
+            if self.pending_len < HEAD_BYTES:
+                return
             self._open()
+        if self.pending_len >= BLOCK_BYTES:
+            self._drain(self.pending_len - self.pending_len % BLOCK_BYTES)
 
     def _open(self):
-        check_head(self.image_id, 'raw', bytes(self.head))
+        check_head(self.image_id, 'raw', b''.join(self.pending))
+        if not self.skip_zeros and self.discard is not None:
+            self.skip_zeros = bool(self.discard())
         self.volume = self.open_destination()
-        self.volume.write(self.head)
-        self.head = None
+
+    def _drain(self, end):
+        """Write the first *end* pending bytes (whole blocks, or all)."""
+        if self.skip_zeros and end == self.pending_len and all(
+                len(p) <= BLOCK_BYTES and _zero(p, 0, len(p))
+                for p in self.pending):
+            self.pending, self.pending_len = [], 0      # no copy needed
+            self.pos += end
+            return
+        data = b''.join(self.pending)
+        rest = data[end:]
+        self.pending, self.pending_len = ([rest] if rest else []), len(rest)
+        runs = _data_runs(data, end) if self.skip_zeros else [(0, end)]
+        for start, stop in runs:
+            if self.at != self.pos + start:
+                self.volume.seek(self.pos + start)
+            self.volume.write(data[start:stop])
+            self.at = self.pos + stop
+        self.pos += end
 
     def finish(self):
         if self.volume is None:
             self._open()
+        self._drain(self.pending_len)
         self.volume.flush()
 
     def close(self):
@@ -159,20 +202,51 @@ class _RawSink(object):
             self.volume.close()
 
 
+def _zero(data, start, stop):
+    return data.startswith(_ZEROS[:stop - start], start, stop)
+
+
+def _data_runs(data, end):
+    """``(start, stop)`` of the runs in ``data[:end]`` of non-zero grains.
+
+    An aligned all-zero block is recognised at once (one memcmp).
+    """
+    run, off = None, 0
+    while off < end:
+        block_end = min(off + BLOCK_BYTES, end)
+        grain_end = min(off + GRAIN_BYTES, end)
+        if off % BLOCK_BYTES == 0 and _zero(data, off, block_end):
+            stop = block_end
+        elif _zero(data, off, grain_end):
+            stop = grain_end
+        else:
+            run = off if run is None else run
+            off = grain_end
+            continue
+        if run is not None:
+            yield run, off
+            run = None
+        off = stop
+    if run is not None:
+        yield run, end
+
+
 def stream_raw(context, image_service, image_id, volume_size_gb,
-               open_destination):
+               open_destination, sparse=False, discard=None):
     """Stream a raw image onto the volume, its head inspected first.
 
     A copy Cinder already fetched for this request (create from image) is
-    read instead of downloading again.
+    read instead of downloading again.  *sparse* and *discard*: see
+    :class:`_RawSink`.
     """
-    sink = _RawSink(image_id, volume_size_gb, open_destination)
+    sink = _RawSink(image_id, volume_size_gb, open_destination,
+                    sparse=sparse, discard=discard)
     temp_images = getattr(image_service, 'temp_images', None)
     fetched = temp_images and temp_images.get(context, image_id)
     try:
         if fetched:
             with open(fetched, 'rb') as src:
-                shutil.copyfileobj(src, sink, units.Mi)
+                shutil.copyfileobj(src, sink, BLOCK_BYTES)
         else:
             image_service.download(context, image_id, sink)
         sink.finish()
@@ -223,6 +297,11 @@ def copy_to_volume(context, image_service, image_id, volume_size_gb,
         an ``rbd:`` spec).
     :param open_destination: a callable returning a writable binary file
         object on the volume, for a raw stream.
+    :param sparse: the volume reads zeros (a new volume): zeros need not
+        be written.
+    :param discard: a callable that deallocates the whole volume (it then
+        reads zeros) and returns True; called only once the image passed
+        its checks, and only when *sparse* is False.
     :returns: 'stream' or 'qemu-img'.
     """
     meta = image_service.show(context, image_id)
@@ -233,7 +312,7 @@ def copy_to_volume(context, image_service, image_id, volume_size_gb,
         # (an unknown size could only be found too large mid-stream)
         check_fits(image_id, int(meta['size']), volume_size_gb)
         stream_raw(context, image_service, image_id, volume_size_gb,
-                   open_destination)
+                   open_destination, sparse=sparse, discard=discard)
         return 'stream'
     fetch_to_volume(context, image_service, image_id, volume_size_gb,
                     destination, sparse=sparse, discard=discard,

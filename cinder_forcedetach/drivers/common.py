@@ -9,6 +9,8 @@ List :class:`~cinder_forcedetach.mixin.ForceDetachMixin` first::
         protocol = constants.FC
 """
 
+import os
+
 from cinder.volume import driver
 from cinder.volume import volume_utils
 
@@ -54,6 +56,17 @@ class FileVolumeDriver(driver.VolumeDriver):
 
     def extend_volume(self, volume, new_size):
         self.store.resize(volume.name, new_size)
+
+    def discard_volume(self, volume):
+        """Deallocate the volume file, keeping its size; returns True.
+
+        It then reads zeros, so an image written next may skip its own.
+        """
+        path = self.local_path(volume)
+        size = os.path.getsize(path)
+        os.truncate(path, 0)
+        os.truncate(path, size)
+        return True
 
     def create_snapshot(self, snapshot):
         self.store.copy(snapshot.volume_name, snapshot.name)

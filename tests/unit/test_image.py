@@ -1,5 +1,6 @@
 """The image gates that need no volume: format inspection of a head, and
-the raw sink that writes nothing before the head passed."""
+the raw sink that writes nothing before the head passed and skips zeros only
+where the volume reads zeros."""
 
 import io
 import os
@@ -9,9 +10,12 @@ import tempfile
 from cinder import exception
 import testtools
 
+from cinder_forcedetach.drivers import common
 from cinder_forcedetach import image
 
 MiB = 1 << 20
+BLOCK = image.BLOCK_BYTES
+GRAIN = image.GRAIN_BYTES
 
 
 def qemu_image(fmt, *options):
@@ -94,3 +98,124 @@ class RawSinkTestCase(testtools.TestCase):
         sink = self.sink(size_gb=0)
         self.assertRaises(exception.ImageTooBig, sink.write, b'x')
         self.assertEqual([], self.opened)
+
+
+class VolumeFile(object):
+    """A volume's file object: logs writes and seeks into *events*."""
+
+    def __init__(self, events, content):
+        self.events = events
+        self.content = content
+        self.pos = 0
+
+    def seek(self, offset):
+        self.events.append(('seek', offset))
+        self.pos = offset
+
+    def write(self, data):
+        self.events.append(('write', self.pos, len(data)))
+        self.content[self.pos:self.pos + len(data)] = data
+        self.pos += len(data)
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.events.append('close')
+
+
+class ZeroSkippingTestCase(testtools.TestCase):
+
+    def stream(self, data, chunk=MiB, sparse=False, discard=False,
+               old=b'\xee'):
+        """Stream *data*; returns (events, the volume's content)."""
+        self.events = events = []
+        self.content = content = bytearray(old * len(data))
+
+        def open_destination():
+            events.append('open')
+            return VolumeFile(events, content)
+
+        def discarder():
+            events.append('discard')
+            content[:] = bytes(len(content))
+            return True
+        sink = image._RawSink('i', 1, open_destination, sparse=sparse,
+                              discard=discarder if discard else None)
+        try:
+            for i in range(0, len(data), chunk):
+                sink.write(data[i:i + chunk])
+            sink.finish()
+        finally:
+            sink.close()
+        return events, bytes(content)
+
+    def image(self):
+        """Data, a zero block, data in grains 1 and 3 of a block, zeros."""
+        data = bytearray(3 * BLOCK + 5)
+        data[0:10] = b'x' * 10
+        data[2 * BLOCK + GRAIN:2 * BLOCK + GRAIN + 1] = b'y'
+        data[2 * BLOCK + 3 * GRAIN + 7:2 * BLOCK + 4 * GRAIN] = b'z' * (
+            GRAIN - 7)
+        return bytes(data)
+
+    def test_zeros_skipped_on_a_new_volume(self):
+        data = self.image()
+        for chunk in (64 * 1024, MiB, 5 * MiB):     # buffered into blocks
+            events, content = self.stream(data, chunk, sparse=True, old=b'\0')
+            self.assertEqual(data, content)
+            self.assertEqual(['open',
+                              ('write', 0, GRAIN),
+                              ('seek', 2 * BLOCK + GRAIN),
+                              ('write', 2 * BLOCK + GRAIN, GRAIN),
+                              ('seek', 2 * BLOCK + 3 * GRAIN),
+                              ('write', 2 * BLOCK + 3 * GRAIN, GRAIN),
+                              'close'], events)
+
+    def test_discard_after_the_head_check_and_before_any_write(self):
+        data = self.image()
+        events, content = self.stream(data, discard=True)
+        self.assertEqual(data, content)         # no old byte left
+        self.assertEqual(['discard', 'open', ('write', 0, GRAIN)],
+                         events[:3])
+        self.assertEqual(1, events.count('discard'))
+        self.assertEqual(3, len([e for e in events if e[0] == 'write']))
+
+    def test_refused_head_discards_and_writes_nothing(self):
+        qcow2 = qemu_image('qcow2') + bytes(BLOCK)
+        for sparse, discard in ((True, False), (False, True)):
+            self.assertRaises(exception.ImageUnacceptable, self.stream,
+                              qcow2, sparse=sparse, discard=discard)
+            self.assertEqual([], self.events)
+            self.assertEqual(b'\xee' * len(qcow2), self.content)
+        # a head shorter than HEAD_BYTES: refused at the end of the stream
+        events = []
+        sink = image._RawSink('i', 1, lambda: events.append('open'),
+                              discard=lambda: events.append('discard'))
+        sink.write(qemu_image('qcow2')[:64 * 1024])
+        self.assertRaises(exception.ImageUnacceptable, sink.finish)
+        self.assertEqual([], events)
+
+    def test_zeros_written_where_the_volume_may_hold_old_data(self):
+        data = self.image()
+        for chunk in (64 * 1024, MiB):
+            events, content = self.stream(data, chunk)
+            self.assertEqual(data, content)
+            self.assertEqual(['open', ('write', 0, BLOCK),
+                              ('write', BLOCK, BLOCK),
+                              ('write', 2 * BLOCK, BLOCK),
+                              ('write', 3 * BLOCK, 5), 'close'], events)
+
+    def test_file_volume_discard_keeps_the_size(self):
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(b'old' * 1000)
+            f.flush()
+
+            class Driver(object):
+                local_path = staticmethod(lambda volume: f.name)
+            self.assertTrue(common.FileVolumeDriver.discard_volume(
+                Driver(), None))
+            self.assertEqual(3000, os.path.getsize(f.name))
+            with open(f.name, 'rb') as g:
+                self.assertEqual(bytes(3000), g.read())
+            self.assertEqual(0, os.stat(f.name).st_blocks)
