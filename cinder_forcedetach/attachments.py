@@ -35,6 +35,16 @@ def same_host(attachment_connector, connector):
     return bool(wwpns & set(connector.get('wwpns') or []))
 
 
+def of_other_hosts(attachments, connector):
+    """Live attachments, with a connector, of hosts other than *connector*.
+
+    Those whose access stays when that host leaves.
+    """
+    return [a for a in attachments
+            if is_live(a) and a.connector and
+            not same_host(a.connector, connector)]
+
+
 class Attachments(list):
     """Attachments passed between tasks; shown by id only.
 

@@ -187,12 +187,10 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
     def _kept_initiators(volume, connector):
         """Initiators of live attachments of hosts other than *connector*."""
         kept = []
-        for attachment in volume.volume_attachment:
-            other = attachment.connector or {}
-            initiator = other.get('initiator')
-            if (fd_attachments.is_live(attachment) and
-                    connector_grammar.is_iscsi_name(initiator) and
-                    not fd_attachments.same_host(other, connector) and
+        for attachment in fd_attachments.of_other_hosts(
+                volume.volume_attachment, connector):
+            initiator = attachment.connector.get('initiator')
+            if (connector_grammar.is_iscsi_name(initiator) and
                     initiator not in kept):
                 kept.append(initiator)
         return kept

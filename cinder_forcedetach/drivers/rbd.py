@@ -735,10 +735,8 @@ class RBDDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
         """Nothing to revoke on a target: say whether other hosts stay."""
         if connector is None:
             return False
-        return any(
-            fd_attachments.is_live(a) and a.connector and
-            not fd_attachments.same_host(a.connector, connector)
-            for a in volume.volume_attachment)
+        return bool(fd_attachments.of_other_hosts(volume.volume_attachment,
+                                                  connector))
 
     def fence_clients(self, volume, connectors, keep_attachments):
         """Blocklist the clients of *connectors* that hold the image.
