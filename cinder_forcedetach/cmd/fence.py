@@ -1,3 +1,15 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
 """``cinder-forcedetach fence list|lift``: the fences force-detach left.
 
 Usage::
@@ -25,51 +37,24 @@ Exit codes: 0 success, 1 usage error or a backend that does not fence,
 permission to lift).
 """
 
-import argparse
-import sys
-
+from cinder_forcedetach.cmd.errors import CliError
+from cinder_forcedetach.cmd.errors import EXIT_NOT_FOUND
+from cinder_forcedetach.cmd.errors import EXIT_OK
+from cinder_forcedetach.cmd.errors import EXIT_USAGE
 from cinder_forcedetach.cmd import local
+from cinder_forcedetach.cmd import output
+from cinder_forcedetach.cmd import registry
+from cinder_forcedetach.cmd.registry import arg
 
 HELP = ('List or lift the fences force-detach left on a backend (runs '
         'locally on a volume host, reads cinder.conf).')
 LIST_COLUMNS = ('addr', 'volume_id', 'hosts', 'fenced_at', 'expires_at',
                 'active')
+BACKEND = arg('--backend', metavar='NAME',
+              help='backend (cinder.conf section) to use when no --volume '
+                   'names it')
 
-
-def add_arguments(actions, with_format=True):
-    """``list`` and ``lift`` actions on the *actions* subparsers.
-
-    Returns the two parsers; *with_format* as for
-    :func:`local.add_config_arguments`.
-    """
-    list_p = actions.add_parser('list', help='list recorded fences',
-                                description=HELP)
-    list_p.add_argument('--volume', metavar='VOLUME_ID',
-                        help='only the fences of this volume')
-    lift_p = actions.add_parser('lift', help='lift fences of a volume or '
-                                'of one client address', description=HELP)
-    which = lift_p.add_mutually_exclusive_group(required=True)
-    which.add_argument('--volume', metavar='VOLUME_ID',
-                       help='lift every fence of this volume')
-    which.add_argument('--address', metavar='ADDR',
-                       help='lift the fence of this client address '
-                            '(IP:PORT/NONCE as listed)')
-    for parser, action in ((list_p, 'list'), (lift_p, 'lift')):
-        parser.add_argument('--backend', metavar='NAME',
-                            help='backend (cinder.conf section) to use '
-                                 'when no --volume names it')
-        local.add_config_arguments(parser, with_format)
-        parser.set_defaults(fence_action=action)
-    return list_p, lift_p
-
-
-def build_parser():
-    parser = argparse.ArgumentParser(prog='cinder-forcedetach fence',
-                                     description=HELP)
-    actions = parser.add_subparsers(dest='action', metavar='ACTION')
-    actions.required = True
-    add_arguments(actions)
-    return parser
+registry.category('fence', HELP)
 
 
 def _driver(ctxt, args):
@@ -82,56 +67,56 @@ def _driver(ctxt, args):
         try:
             volume = objects.Volume.get_by_id(ctxt, args.volume)
         except exception.VolumeNotFound:
-            raise local.CliError(local.EXIT_NOT_FOUND,
-                                 'volume %s not found' % args.volume)
+            raise CliError(EXIT_NOT_FOUND,
+                           'volume %s not found' % args.volume)
     if volume is not None and volume.host:
         group, backend_host = local.backend_of(volume)
         if args.backend and args.backend != group:
-            raise local.CliError(
-                local.EXIT_USAGE, 'volume %s is on backend %s, not %s' % (
-                    volume.id, group, args.backend))
+            raise CliError(EXIT_USAGE, 'volume %s is on backend %s, not %s'
+                           % (volume.id, group, args.backend))
     else:
         group, backend_host = local.named_backend(args.backend)
     driver = local.build_driver(ctxt, group, backend_host)
     if not hasattr(driver, 'list_fences'):
-        raise local.CliError(
-            local.EXIT_USAGE, 'the driver of backend %s (%s) does not fence '
-            'clients' % (group, type(driver).__name__))
+        raise CliError(EXIT_USAGE, 'the driver of backend %s (%s) does not '
+                       'fence clients' % (group, type(driver).__name__))
     return driver, volume
 
 
-def _fence(args, stdout):
+def _context():
     from cinder import context
 
     # Fences outlive their volume: a deleted volume still names them.
-    ctxt = context.get_admin_context(read_deleted='yes')
-    driver, volume = _driver(ctxt, args)
-    if args.fence_action == 'list':
-        fences = driver.list_fences(volume)
-        local.emit_list([local.mask_secrets(f) for f in fences],
-                        LIST_COLUMNS, args.format, stdout)
-    else:
-        lifted = driver.lift_fence(volume if volume is not None
-                                   else args.address)
-        local.emit({'lifted': lifted}, args.format, stdout)
-    return local.EXIT_OK
+    return context.get_admin_context(read_deleted='yes')
 
 
-def run(args, stdout=None, stderr=None):
-    """Run the command for parsed *args*; returns the exit code."""
-    args.what = 'fence %s' % args.fence_action
-    return local.run(_fence, args, stdout or sys.stdout,
-                     stderr or sys.stderr)
+@registry.command(
+    'fence', 'list', 'list recorded fences', description=HELP, local=True,
+    arguments=[arg('--volume', metavar='VOLUME_ID',
+                   help='only the fences of this volume'),
+               BACKEND])
+def fence_list(conf, args, out):
+    """Print the fences of a volume or of a backend, secrets masked."""
+    driver, volume = _driver(_context(), args)
+    out.emit_list([output.mask_secrets(f) for f in
+                   driver.list_fences(volume)], LIST_COLUMNS)
+    return EXIT_OK
 
 
-def main_fence(argv=None, stdout=None, stderr=None):
-    """Entry point: ``cinder-forcedetach fence ARGS``."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return local.EXIT_USAGE if exc.code else local.EXIT_OK
-    return run(args, stdout, stderr)
-
-
-if __name__ == '__main__':
-    sys.exit(main_fence(sys.argv[1:]))
+@registry.command(
+    'fence', 'lift', 'lift fences of a volume or of one client address',
+    description=HELP, local=True,
+    arguments=[registry.exclusive(
+        arg('--volume', metavar='VOLUME_ID',
+            help='lift every fence of this volume'),
+        arg('--address', metavar='ADDR',
+            help='lift the fence of this client address (IP:PORT/NONCE as '
+                 'listed)'),
+        required=True), BACKEND])
+def fence_lift(conf, args, out):
+    """Lift the fences of a volume or of one address; print what went."""
+    driver, volume = _driver(_context(), args)
+    lifted = driver.lift_fence(volume if volume is not None
+                               else args.address)
+    out.emit({'lifted': lifted})
+    return EXIT_OK

@@ -1,115 +1,50 @@
-"""What the cinder-forcedetach commands share.
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
 
-Every command: exit codes, :class:`CliError`, secret masking.  The
-commands that run on a volume host (``attachment refresh``, ``fence
-list|lift``) do not go through Cinder's API: like ``cinder-manage`` they
-read cinder.conf, open Cinder's database and build the volume driver of a
-backend; this module loads the configuration, builds that driver and
-prints results.
+"""What the commands that run on a volume host share.
+
+``attachment refresh`` and ``fence list|lift`` do not go through Cinder's
+API: like ``cinder-manage`` they read cinder.conf, open Cinder's database
+and build the volume driver of a backend.  This module declares their
+configuration options, loads the configuration, finds and builds that
+driver, and runs a command (:func:`run`) mapping Cinder's errors to exit
+codes.
 """
 
-import json
 import logging as std_logging
-import re
 
-# Exit codes of every cinder-forcedetach command.
-EXIT_OK = 0
-EXIT_USAGE = 1
-EXIT_NOT_FOUND = 2
-EXIT_CONFLICT = 3
-EXIT_BACKEND = 4
-EXIT_UNREACHABLE = 5
+from cinder_forcedetach.cmd.errors import CliError
+from cinder_forcedetach.cmd.errors import EXIT_BACKEND
+from cinder_forcedetach.cmd.errors import EXIT_NOT_FOUND
+from cinder_forcedetach.cmd.errors import EXIT_USAGE
+from cinder_forcedetach.cmd import output
+from cinder_forcedetach.cmd.registry import arg
 
 DEFAULT_CONFIG = '/etc/cinder/cinder.conf'
-MASK = '***'
-# Values that are secrets: CHAP passwords, keys, keyrings, tokens.  Not
-# secret_uuid/secret_type, which only name a libvirt secret.
-SECRET_RE = re.compile(r'(pass(word|wd)?|token|credential|keyring|^key$|'
-                       r'_key$|^secret$|_secret$)', re.IGNORECASE)
 
+# What tests/unit/test_rbd.py still reaches through this module.
+emit = output.emit
+mask_secrets = output.mask_secrets
 
-class CliError(Exception):
-    """An error with the exit code the command ends with."""
-
-    def __init__(self, code, message):
-        super(CliError, self).__init__(message)
-        self.code = code
-        self.message = message
-
-
-def mask_secrets(value):
-    """A copy of *value* with the values of secret-looking keys masked."""
-    if isinstance(value, dict):
-        return {k: (MASK if isinstance(k, str) and SECRET_RE.search(k) and
-                    v not in (None, '') else mask_secrets(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [mask_secrets(v) for v in value]
-    return value
-
-
-def _rows(value, prefix=''):
-    if isinstance(value, dict) and value:
-        rows = []
-        for key in value:
-            rows += _rows(value[key], '%s.%s' % (prefix, key) if prefix
-                          else str(key))
-        return rows
-    if isinstance(value, (dict, list)):
-        value = json.dumps(value)
-    return [(prefix, '' if value is None else str(value))]
-
-
-def _table(header, rows):
-    widths = [max([len(h)] + [len(r[i]) for r in rows])
-              for i, h in enumerate(header)]
-    line = '+-%s-+' % '-+-'.join('-' * w for w in widths)
-
-    def fmt(cells):
-        return '| %s |' % ' | '.join(c.ljust(w)
-                                     for c, w in zip(cells, widths))
-    return '\n'.join([line, fmt(header), line] + [fmt(r) for r in rows] +
-                     [line]) + '\n'
-
-
-def emit(data, fmt, stream):
-    """Print one object: a Property/Value table, or JSON."""
-    if fmt == 'json':
-        stream.write(json.dumps(data, indent=2, sort_keys=True) + '\n')
-        return
-    stream.write(_table(('Property', 'Value'), _rows(data)))
-
-
-def emit_list(items, columns, fmt, stream):
-    """Print a list of objects: one row each, or a JSON list."""
-    if fmt == 'json':
-        stream.write(json.dumps(items, indent=2, sort_keys=True) + '\n')
-        return
-
-    def cell(value):
-        if isinstance(value, (list, tuple)):
-            return ','.join(str(v) for v in value)
-        return '' if value is None else str(value)
-    stream.write(_table(columns, [[cell(i.get(c)) for c in columns]
-                                  for i in items]))
-
-
-def add_config_arguments(parser, with_format=True):
-    """Add --config-file, --config-dir, --debug and maybe --format.
-
-    *with_format* False: the caller's top-level parser has ``--format``.
-    """
-    parser.add_argument('--config-file', action='append', default=None,
-                        metavar='FILE',
-                        help='cinder configuration file (repeatable; '
-                             'default %s)' % DEFAULT_CONFIG)
-    parser.add_argument('--config-dir', metavar='DIR', default=None,
-                        help='directory of further *.conf files')
-    if with_format:
-        parser.add_argument('--format', choices=('table', 'json'),
-                            default='table', help='output format')
-    parser.add_argument('--debug', action='store_true',
-                        help='log debug messages on stderr')
+# The options every local command has, after its own.
+CONFIG_ARGUMENTS = [
+    arg('--config-file', action='append', default=None, metavar='FILE',
+        help='cinder configuration file (repeatable; default %s)' %
+             DEFAULT_CONFIG),
+    arg('--config-dir', metavar='DIR', default=None,
+        help='directory of further *.conf files'),
+    arg('--debug', action='store_true',
+        help='log debug messages on stderr'),
+]
 
 
 def load_config(args):
@@ -198,19 +133,19 @@ def build_driver(ctxt, group, backend_host, cluster_name=None):
     return driver
 
 
-def run(body, args, stdout, stderr):
-    """Load the configuration, run *body(args, stdout)*, map errors.
+def run(command, args, out, stderr):
+    """Load the configuration, run *command* (a registry Command).
 
-    *body* returns the exit code or raises :class:`CliError`; Cinder's
-    ``NotFound`` maps to 2, its invalid-input errors to 1, anything else
-    to 4 (a backend error).
+    Its function gets ``(conf, args, out)`` and returns the exit code or
+    raises :class:`CliError`; Cinder's ``NotFound`` maps to 2, its
+    invalid-input errors to 1, anything else to 4 (a backend error).
     """
     def fail(code, message):
         stderr.write('cinder-forcedetach: error: %s\n' % message)
         return code
 
     try:
-        load_config(args)
+        conf = load_config(args)
     except CliError as err:
         return fail(err.code, err.message)
 
@@ -219,7 +154,7 @@ def run(body, args, stdout, stderr):
 
     coordination.COORDINATOR.start()
     try:
-        return body(args, stdout)
+        return command.func(conf, args, out)
     except CliError as err:
         return fail(err.code, err.message)
     except (exception.InvalidInput, exception.InvalidVolume,
@@ -229,6 +164,6 @@ def run(body, args, stdout, stderr):
         return fail(EXIT_NOT_FOUND, str(err))
     except Exception as err:
         return fail(EXIT_BACKEND, '%s failed: %s' % (
-            getattr(args, 'what', 'the command'), err))
+            command.what.format(**vars(args)), err))
     finally:
         coordination.COORDINATOR.stop()

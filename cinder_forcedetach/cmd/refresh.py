@@ -1,3 +1,15 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
 """``cinder-forcedetach attachment refresh``: rebuild a stale connection_info.
 
 Usage::
@@ -22,35 +34,28 @@ input (no config file, an attachment without a live connector), 2 not
 found, 4 backend error.
 """
 
-import argparse
 import sys
 
+from cinder_forcedetach.cmd.errors import CliError
+from cinder_forcedetach.cmd.errors import EXIT_OK
+from cinder_forcedetach.cmd.errors import EXIT_USAGE
 from cinder_forcedetach.cmd import local
+from cinder_forcedetach.cmd import output
+from cinder_forcedetach.cmd import registry
+from cinder_forcedetach.cmd.registry import arg
 
 HELP = ('Rebuild an attachment\'s connection_info with its backend\'s '
         'current addresses (runs locally on a volume host, reads '
         'cinder.conf); secrets are masked in the output.')
 
 
-def add_arguments(parser, with_format=True):
-    """The command's arguments, for a parser of ``cinder-forcedetach``.
-
-    *with_format* False: the caller's top-level parser has ``--format``.
-    """
-    parser.add_argument('attachment', metavar='ATTACHMENT_ID',
-                        help='the attachment whose connection_info to '
-                             'rebuild')
-    local.add_config_arguments(parser, with_format)
-
-
-def build_parser():
-    parser = argparse.ArgumentParser(
-        prog='cinder-forcedetach attachment refresh', description=HELP)
-    add_arguments(parser)
-    return parser
-
-
-def _refresh(args, stdout):
+@registry.command(
+    'attachment', 'refresh', HELP, local=True,
+    what='refresh of attachment {attachment}',
+    arguments=[arg('attachment', metavar='ATTACHMENT_ID',
+                   help='the attachment whose connection_info to rebuild')])
+def attachment_refresh(conf, args, out):
+    """Rebuild and store the connection_info; print it masked."""
     from cinder import context
     from cinder import objects
 
@@ -61,32 +66,18 @@ def _refresh(args, stdout):
     driver = local.build_driver(ctxt, group, backend_host,
                                 volume.cluster_name)
     if not hasattr(driver, 'refresh_connection_info'):
-        raise local.CliError(
-            local.EXIT_USAGE, 'the driver of volume %s (%s) cannot refresh '
-            'connection_info' % (volume.id, type(driver).__name__))
+        raise CliError(EXIT_USAGE, 'the driver of volume %s (%s) cannot '
+                       'refresh connection_info' % (
+                           volume.id, type(driver).__name__))
     info = driver.refresh_connection_info(ctxt, attachment)
-    local.emit({'attachment_id': attachment.id, 'volume_id': volume.id,
-                'connection_info': local.mask_secrets(info)},
-               args.format, stdout)
-    return local.EXIT_OK
-
-
-def run(args, stdout=None, stderr=None):
-    """Run the command for parsed *args*; returns the exit code."""
-    args.what = 'refresh of attachment %s' % args.attachment
-    return local.run(_refresh, args, stdout or sys.stdout,
-                     stderr or sys.stderr)
+    out.emit({'attachment_id': attachment.id, 'volume_id': volume.id,
+              'connection_info': output.mask_secrets(info)})
+    return EXIT_OK
 
 
 def main_refresh(argv=None, stdout=None, stderr=None):
-    """Entry point: ``cinder-forcedetach attachment refresh ARGS``."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return local.EXIT_USAGE if exc.code else local.EXIT_OK
-    return run(args, stdout, stderr)
+    """``cinder-forcedetach attachment refresh ARGS`` (older entry point)."""
+    from cinder_forcedetach.cmd import manage
 
-
-if __name__ == '__main__':
-    sys.exit(main_refresh(sys.argv[1:]))
+    return manage.main(['attachment', 'refresh'] + list(
+        sys.argv[1:] if argv is None else argv), stdout, stderr)

@@ -1,4 +1,16 @@
-"""cinder-forcedetach's parsing, masking, output and exit codes.
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""cinder-forcedetach's parsing, registry, masking, output and exit codes.
 
 Against a small HTTP server on 127.0.0.1 that answers like Cinder's API
 (the functional tests run the same commands against the real API).
@@ -13,7 +25,11 @@ import threading
 import fixtures
 import testtools
 
+from cinder_forcedetach.cmd import api_client
+from cinder_forcedetach.cmd import api_commands
+from cinder_forcedetach.cmd import errors
 from cinder_forcedetach.cmd import manage
+from cinder_forcedetach.cmd import registry
 
 PROJECT = 'a' * 32
 VOL = '11111111-2222-3333-4444-555555555555'
@@ -124,7 +140,7 @@ class ManageTestCase(testtools.TestCase):
             'attachments': [{'attachment_id': 'a'},
                             {'attachment_id': 'b'}]}})
         code, _out, err = self.cli('volume', 'force-detach', VOL)
-        self.assertEqual(manage.EXIT_USAGE, code)
+        self.assertEqual(errors.EXIT_USAGE, code)
         self.assertIn('--all-hosts', err)
         self.assertEqual([], self.posts())
 
@@ -132,7 +148,7 @@ class ManageTestCase(testtools.TestCase):
         for bad in ('{"host": ', '[1, 2]', '@/nonexistent/connector.json'):
             code, _out, err = self.cli('volume', 'force-detach', VOL,
                                        '--connector', bad)
-            self.assertEqual(manage.EXIT_USAGE, code, bad)
+            self.assertEqual(errors.EXIT_USAGE, code, bad)
             self.assertIn('error', err)
         self.assertEqual([], self.httpd.seen)
 
@@ -140,13 +156,14 @@ class ManageTestCase(testtools.TestCase):
         path = os.path.join(self.useFixture(fixtures.TempDir()).path, 'c')
         with open(path, 'w') as f:
             json.dump({'host': 'h2'}, f)
-        self.assertEqual({'host': 'h2'}, manage.load_connector('@' + path))
+        self.assertEqual({'host': 'h2'},
+                         api_commands.load_connector('@' + path))
 
     def test_http_errors_map_to_exit_codes(self):
-        cases = [(404, manage.EXIT_NOT_FOUND),
-                 (409, manage.EXIT_CONFLICT),
-                 (500, manage.EXIT_BACKEND),
-                 (403, manage.EXIT_USAGE)]
+        cases = [(404, errors.EXIT_NOT_FOUND),
+                 (409, errors.EXIT_CONFLICT),
+                 (500, errors.EXIT_BACKEND),
+                 (403, errors.EXIT_USAGE)]
         for status, expected in cases:
             self.answer('POST', '/volumes/%s/action' % VOL, status,
                         {'err': {'message': 'status %d' % status}})
@@ -154,9 +171,9 @@ class ManageTestCase(testtools.TestCase):
                                        '--all-hosts')
             self.assertEqual(expected, code, err)
             self.assertIn('status %d' % status, err)
-        self.assertEqual(manage.EXIT_CONFLICT, manage.exit_code_for(
+        self.assertEqual(errors.EXIT_CONFLICT, api_client.exit_code_for(
             400, 'Invalid volume: Volume status must be in-use'))
-        self.assertEqual(manage.EXIT_USAGE, manage.exit_code_for(
+        self.assertEqual(errors.EXIT_USAGE, api_client.exit_code_for(
             400, 'Invalid input received'))
 
     def test_unreachable(self):
@@ -164,28 +181,28 @@ class ManageTestCase(testtools.TestCase):
             'CINDER_ENDPOINT', 'http://127.0.0.1:9/v3'))
         code, _out, err = self.cli('volume', 'force-detach', VOL,
                                    '--all-hosts')
-        self.assertEqual(manage.EXIT_UNREACHABLE, code)
+        self.assertEqual(errors.EXIT_UNREACHABLE, code)
         self.assertIn('cannot reach', err)
 
     def test_usage_errors(self):
-        self.assertEqual(manage.EXIT_USAGE, self.cli()[0])
-        self.assertEqual(manage.EXIT_USAGE,
+        self.assertEqual(errors.EXIT_USAGE, self.cli()[0])
+        self.assertEqual(errors.EXIT_USAGE,
                          self.cli('volume', 'force-detach')[0])
-        self.assertEqual(manage.EXIT_USAGE, self.cli('volume', 'nope')[0])
+        self.assertEqual(errors.EXIT_USAGE, self.cli('volume', 'nope')[0])
         self.useFixture(fixtures.EnvironmentVariable('OS_AUTH_TYPE', None))
         code, _out, err = self.cli('volume', 'force-detach', VOL)
-        self.assertEqual(manage.EXIT_USAGE, code)
+        self.assertEqual(errors.EXIT_USAGE, code)
         self.assertIn('OS_AUTH_TYPE', err)
 
     def test_noauth_endpoint_forms(self):
         self.assertEqual(('http://h:1/v3/%s' % PROJECT, PROJECT),
-                         manage._noauth_endpoint('http://h:1/v3', PROJECT))
+                         api_client._noauth_endpoint('http://h:1/v3', PROJECT))
         self.assertEqual(('http://h:1/v3/%s' % PROJECT, PROJECT),
-                         manage._noauth_endpoint('http://h:1/v3/%s/' %
-                                                 PROJECT, None))
-        self.assertRaises(manage.CliError, manage._noauth_endpoint,
+                         api_client._noauth_endpoint(
+                             'http://h:1/v3/%s/' % PROJECT, None))
+        self.assertRaises(errors.CliError, api_client._noauth_endpoint,
                           'http://h:1/v3/%s' % PROJECT, 'b' * 32)
-        self.assertRaises(manage.CliError, manage._noauth_endpoint,
+        self.assertRaises(errors.CliError, api_client._noauth_endpoint,
                           'http://h:1/v3', None)
 
     # -- attachment show ---------------------------------------------------
@@ -225,24 +242,51 @@ class ManageTestCase(testtools.TestCase):
 
     def test_attachment_show_not_found(self):
         code, _out, err = self.cli('attachment', 'show', ATT)
-        self.assertEqual(manage.EXIT_NOT_FOUND, code)
+        self.assertEqual(errors.EXIT_NOT_FOUND, code)
         self.assertIn('404', err)
 
-    # -- attachment refresh (delegated) ----------------------------------
+    # -- local commands: same registry, run through local.run -------------
 
-    def test_attachment_refresh_delegates(self):
+    def test_attachment_refresh_runs_locally(self):
         seen = []
 
-        def fake_run(args, stdout, stderr):
-            seen.append((args.attachment, args.config_file, args.format))
-            stdout.write('refreshed\n')
+        def fake_run(cmd, args, out, stderr):
+            seen.append((cmd.func, args.attachment, args.config_file,
+                         out.fmt))
+            out.stream.write('refreshed\n')
             return 0
         self.useFixture(fixtures.MonkeyPatch(
-            'cinder_forcedetach.cmd.refresh.run', fake_run))
+            'cinder_forcedetach.cmd.local.run', fake_run))
         code, out, _err = self.cli('--format', 'json', 'attachment',
                                    'refresh', ATT, '--config-file',
                                    '/etc/x.conf')
         self.assertEqual(0, code)
         self.assertEqual('refreshed\n', out)
-        self.assertEqual([(ATT, ['/etc/x.conf'], 'json')], seen)
+        self.assertEqual([(registry.COMMANDS['attachment']['refresh'].func,
+                           ATT, ['/etc/x.conf'], 'json')], seen)
         self.assertEqual([], self.httpd.seen)
+
+    def test_one_registry(self):
+        commands = {(c, n): cmd for c in registry.COMMANDS
+                    for n, cmd in registry.COMMANDS[c].items()}
+        self.assertEqual({('volume', 'force-detach'), ('attachment', 'show'),
+                          ('attachment', 'refresh'), ('fence', 'list'),
+                          ('fence', 'lift')}, set(commands))
+        self.assertEqual({('attachment', 'refresh'), ('fence', 'list'),
+                          ('fence', 'lift')},
+                         {k for k, cmd in commands.items() if cmd.local})
+        # The local ones get cinder.conf's options, the API ones do not.
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', io.StringIO()))
+        parser = manage.build_parser()
+        args = parser.parse_args(['fence', 'list', '--config-dir', '/d'])
+        self.assertEqual('/d', args.config_dir)
+        self.assertRaises(SystemExit, parser.parse_args,
+                          ['attachment', 'show', ATT, '--config-dir', '/d'])
+
+    def test_value_format(self):
+        self.answer('GET', '/attachments/%s' % ATT, 200,
+                    {'attachment': {'id': ATT, 'status': 'attached'}})
+        code, out, err = self.cli('attachment', 'show', ATT, '--format',
+                                  'value')
+        self.assertEqual(0, code, err)
+        self.assertEqual('%s\nattached\n' % ATT, out)

@@ -1,3 +1,15 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
 """``cinder-forcedetach fence list|lift``: parsing, backends, exit codes.
 
 The commands run in a subprocess, as an operator runs them, against a
@@ -6,7 +18,6 @@ Listing and lifting real fences is in tests/functional/test_rbd.py.
 """
 
 import io
-import json
 import os
 import subprocess
 import sys
@@ -15,11 +26,11 @@ import ddt
 import fixtures
 import testtools
 
-from cinder_forcedetach.cmd import local
+from cinder_forcedetach.cmd import errors
 from cinder_forcedetach.cmd import manage
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 TGT = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
 
 
@@ -55,25 +66,25 @@ class FenceCliTestCase(testtools.TestCase):
     def test_usage_errors(self, argv):
         err = io.StringIO()
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
-        self.assertEqual(local.EXIT_USAGE, manage.main(argv))
+        self.assertEqual(errors.EXIT_USAGE, manage.main(argv))
         self.assertIn('error:', err.getvalue())
 
     def test_missing_config_file(self):
         res = self.cli('fence', 'list', '--config-file',
                        os.path.join(self.tmp, 'absent.conf'))
-        self.assertEqual(local.EXIT_USAGE, res.returncode, res.stderr)
+        self.assertEqual(errors.EXIT_USAGE, res.returncode, res.stderr)
         self.assertIn('cannot load the configuration', res.stderr)
 
     def test_backend_that_does_not_fence(self):
         res = self.cli('fence', 'list', '--config-file', self.conf())
-        self.assertEqual(local.EXIT_USAGE, res.returncode, res.stderr)
+        self.assertEqual(errors.EXIT_USAGE, res.returncode, res.stderr)
         self.assertIn('the driver of backend tgt (TgtISCSIDriver) does not '
                       'fence clients', res.stderr)
 
     def test_several_backends_need_a_name(self):
         res = self.cli('fence', 'list', '--config-file',
                        self.conf(('tgt', 'tgt2')))
-        self.assertEqual(local.EXIT_USAGE, res.returncode, res.stderr)
+        self.assertEqual(errors.EXIT_USAGE, res.returncode, res.stderr)
         self.assertIn('name one with --backend', res.stderr)
         res = self.cli('fence', 'lift', '--address', '127.0.0.1:0/1',
                        '--backend', 'tgt2', '--config-file',
@@ -84,32 +95,6 @@ class FenceCliTestCase(testtools.TestCase):
     def test_unknown_backend(self):
         res = self.cli('fence', 'list', '--backend', 'rbd', '--config-file',
                        self.conf())
-        self.assertEqual(local.EXIT_NOT_FOUND, res.returncode, res.stderr)
+        self.assertEqual(errors.EXIT_NOT_FOUND, res.returncode, res.stderr)
         self.assertIn('backend rbd is not enabled in cinder.conf '
                       '(enabled_backends: tgt)', res.stderr)
-
-
-class OutputTestCase(testtools.TestCase):
-
-    FENCES = [{'addr': '127.0.0.1:0/1234', 'volume_id': 'v1',
-               'hosts': ['compute1', 'compute2'], 'fenced_at': 't0',
-               'expires_at': 't1', 'active': True, 'keyring': 'AQDsecret'}]
-
-    def test_list_as_table(self):
-        out = io.StringIO()
-        local.emit_list(self.FENCES, ('addr', 'hosts', 'active'), 'table',
-                        out)
-        self.assertEqual(
-            '+------------------+-------------------+--------+\n'
-            '| addr             | hosts             | active |\n'
-            '+------------------+-------------------+--------+\n'
-            '| 127.0.0.1:0/1234 | compute1,compute2 | True   |\n'
-            '+------------------+-------------------+--------+\n',
-            out.getvalue())
-
-    def test_list_as_json_masks_secrets(self):
-        out = io.StringIO()
-        local.emit_list([local.mask_secrets(f) for f in self.FENCES],
-                        ('addr',), 'json', out)
-        self.assertNotIn('AQDsecret', out.getvalue())
-        self.assertEqual(local.MASK, json.loads(out.getvalue())[0]['keyring'])

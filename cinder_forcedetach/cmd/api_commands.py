@@ -1,0 +1,100 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The commands that go through Cinder's API (:mod:`.api_client`).
+
+``volume force-detach`` and ``attachment show``; each gets a
+:class:`~.api_client.Client`.
+"""
+
+import json
+import sys
+
+from cinder_forcedetach.cmd.errors import CliError
+from cinder_forcedetach.cmd.errors import EXIT_OK
+from cinder_forcedetach.cmd.errors import EXIT_USAGE
+from cinder_forcedetach.cmd import output
+from cinder_forcedetach.cmd.registry import arg
+from cinder_forcedetach.cmd.registry import command
+
+
+def load_connector(text):
+    """A connector dict from JSON text, ``@FILE`` or ``@-`` (stdin)."""
+    source = 'the --connector value'
+    if text.startswith('@'):
+        source = text[1:]
+        try:
+            if source == '-':
+                text = sys.stdin.read()
+            else:
+                with open(source) as f:
+                    text = f.read()
+        except OSError as err:
+            raise CliError(EXIT_USAGE, 'cannot read connector file: %s' % err)
+    try:
+        connector = json.loads(text)
+    except ValueError as err:
+        raise CliError(EXIT_USAGE, '%s is not JSON: %s' % (source, err))
+    if not isinstance(connector, dict):
+        raise CliError(EXIT_USAGE, 'a connector is a JSON object, not %s' %
+                       type(connector).__name__)
+    return connector
+
+
+@command('volume', 'force-detach',
+         'Detach a volume from one host (--connector), one attachment '
+         '(--attachment) or every host; the driver tears the backend down '
+         'before Cinder resets its database.',
+         [arg('volume', metavar='VOLUME', help='volume id or unique name'),
+          arg('--connector', metavar='JSON|@FILE',
+              help="the host's connector (os-brick connector properties) "
+                   "as JSON, @FILE or @- for stdin; default: every host"),
+          arg('--attachment', metavar='ATTACHMENT_ID',
+              help='the attachment to end'),
+          arg('--all-hosts', action='store_true',
+              help='without --connector, allow detaching a volume that has '
+                   'several attachments from every host at once')])
+def volume_force_detach(client, args, out):
+    """Force-detach, then print the volume's status and attachments."""
+    connector = (load_connector(args.connector)
+                 if args.connector is not None else None)
+    volume_id = client.resolve_volume(args.volume)
+    if connector is None and not args.all_hosts:
+        # Without a connector Cinder asks the driver to revoke every host:
+        # on a multiattach volume that would cut off the hosts that stay.
+        attached = client.get_volume(volume_id).get('attachments') or []
+        if len(attached) > 1:
+            raise CliError(EXIT_USAGE, 'volume %s has %d attachments: give '
+                           'the --connector of the host to detach, or '
+                           '--all-hosts' % (volume_id, len(attached)))
+    client.force_detach(volume_id, connector=connector,
+                        attachment_id=args.attachment)
+    volume = client.get_volume(volume_id)
+    out.emit({'volume_id': volume_id,
+              'status': volume.get('status'),
+              'attachments': [a.get('attachment_id') or a.get('id')
+                              for a in volume.get('attachments') or []]})
+    return EXIT_OK
+
+
+@command('attachment', 'show',
+         'Show an attachment; secrets in its connection_info are masked.',
+         [arg('attachment', metavar='ATTACHMENT_ID'),
+          arg('--show-secrets', action='store_true',
+              help='print passwords and keys in clear')])
+def attachment_show(client, args, out):
+    """Print one attachment."""
+    attachment = client.get_attachment(args.attachment)
+    if not args.show_secrets:
+        attachment = output.mask_secrets(attachment)
+    out.emit(attachment)
+    return EXIT_OK

@@ -1,0 +1,1064 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Cinder in a box: real Cinder services with our drivers, on loopback.
+
+``tools/stack.sh up|down|status|env`` installs what is missing, then runs
+this module with the venv's python.  It only uses the standard library, so
+``down`` and ``status`` work whatever state the venv is in.
+
+``up`` starts, as plain processes in their own sessions (no systemd), each
+recorded in ``STATE/run/NAME.json`` (pid and kernel start time, so a
+recycled pid is never signalled):
+
+* ``epmd`` and ``rabbitmq-server`` (own node name, ports, mnesia and log
+  directories under the state directory, a ``cinder`` user with a random
+  password kept in ``STATE/secrets.json`` mode 0600, loopback only);
+* ``tgtd -f -C CONTROL --iscsi portal=127.0.0.1:PORT``;
+* with an RBD backend, a single-node Ceph (``tools/ceph-dev.sh``, cluster
+  directory ``STATE/ceph``, monitor on the stack's address; its own pid
+  records; ``down`` stops it after the Cinder services);
+* ``cinder-manage db sync``, then ``cinder-scheduler``, ``cinder-volume``
+  and ``cinder-api`` from the venv with a generated ``STATE/cinder.conf``
+  (noauth, SQLite, the local rabbit, file-based tooz coordination, one
+  backend section per ``STACK_BACKENDS`` entry).
+
+It waits until the API answers and every backend's volume service is up
+in the os-services API, creates a volume type per backend plus a
+``multiattach`` type, and prints the endpoint and a client command.
+``down`` stops exactly the processes it recorded (and their children):
+SIGTERM, then SIGKILL after a grace period; tgtd, which ignores SIGTERM,
+has its targets deleted and is stopped with ``tgtadm --op delete --mode
+system``.
+
+Settings (environment, or the equivalent ``--option`` of ``up``):
+
+=========================  =============================================
+``STACK_DIR``              state directory [``./state``, git-ignored]
+``STACK_VENV``             virtualenv with Cinder [``./.venv``]
+``STACK_HOST``             listen address, 127.0.0.0/8 only [127.0.0.1]
+``STACK_API_PORT``         cinder-api port [18776]
+``STACK_RABBIT_PORT``      AMQP port; Erlang distribution uses +1 [35672]
+``STACK_EPMD_PORT``        Erlang port mapper port [34369]
+``STACK_ISCSI_PORT``       tgtd iSCSI portal port [13260]
+``STACK_TGT_CONTROL_PORT`` tgtd control port (``tgtadm -C``) [7260]
+``STACK_BACKENDS``         comma list of ``NAME[=DRIVER]``; DRIVER is a
+                           class or ``tgt``/``rbd``; a name alone is
+                           ``rbd`` for ``rbd``, else ``tgt`` [tgt]
+``STACK_CEPH_MON_PORT``    Ceph monitor msgr v1 port; v2 uses -1 [26790]
+``STACK_EXTRA_CONF``       file appended to cinder.conf (more backend
+                           options, e.g. for an RBD backend)
+``STACK_PROJECT_ID``       noauth project id, hex [random, kept]
+``STACK_TIMEOUT``          readiness timeout in seconds [120]
+``STACK_DEBUG``            1: Cinder debug logging (may log more detail)
+=========================  =============================================
+"""
+
+import argparse
+import configparser
+import errno
+import ipaddress
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+TGT_DRIVER = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
+RBD_DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
+DRIVER_ALIASES = {'tgt': TGT_DRIVER, 'iscsi': TGT_DRIVER, 'rbd': RBD_DRIVER}
+CEPH_DEV = os.path.join(REPO_ROOT, 'tools', 'ceph-dev.sh')
+INSTALL_CEPH = os.path.join(REPO_ROOT, 'tools', 'install-ceph.sh')
+# client.cinder may also lift the fences force-detach adds.
+CEPH_CINDER_MON_CAPS = 'profile rbd, allow command "osd blocklist"'
+TGTD_SOCKET_DIR = '/var/run/tgtd'
+RABBITMQ_SERVER = '/usr/lib/rabbitmq/bin/rabbitmq-server'
+ORDER = ('epmd', 'rabbitmq', 'tgtd', 'cinder-scheduler', 'cinder-volume',
+         'cinder-api')
+CLIENT_API_VERSION = '3.70'
+STOP_GRACE = 20.0
+EXIT_DOWN = 3
+
+
+class StackError(Exception):
+    pass
+
+
+def log(msg):
+    sys.stderr.write('stack: %s\n' % msg)
+    sys.stderr.flush()
+
+
+# -- processes ------------------------------------------------------------
+
+
+def proc_stat(pid):
+    """(state, ppid, start time, session id) of *pid* from /proc, or None."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            data = f.read()
+    except (OSError, ValueError):
+        return None
+    fields = data[data.rfind(')') + 2:].split()
+    return fields[0], int(fields[1]), int(fields[19]), int(fields[3])
+
+
+def all_stats():
+    stats = {}
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            st = proc_stat(int(entry))
+            if st:
+                stats[int(entry)] = st
+    return stats
+
+
+def descendants(pid):
+    """(pid, start time) of every live process *pid* started.
+
+    Its descendants, and the members of the session it leads (every
+    process here starts in a session of its own): a daemon that
+    double-forked away from its parent, like oslo.privsep's helper, keeps
+    the session.
+    """
+    stats = all_stats()
+    kids = {}
+    for child, st in stats.items():
+        kids.setdefault(st[1], []).append(child)
+    found, seen = [], {pid}
+    todo = list(kids.get(pid, [])) + [p for p, st in stats.items()
+                                      if st[3] == pid and p != pid]
+    while todo:
+        child = todo.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        st = stats.get(child)
+        if st and st[0] != 'Z':
+            found.append((child, st[2]))
+        todo.extend(kids.get(child, []))
+    return found
+
+
+def is_alive(pid, start_time):
+    st = proc_stat(pid)
+    return bool(st) and st[2] == start_time and st[0] != 'Z'
+
+
+def port_open(host, port, timeout=0.5):
+    with socket.socket() as s:
+        s.settimeout(timeout)
+        return s.connect_ex((host, port)) == 0
+
+
+def wait_for(predicate, timeout, what, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise StackError('%s exited while starting; see %s%s' % (
+                proc.name, proc.out_path, _tail(proc.out_path)))
+        if predicate():
+            return
+        time.sleep(0.25)
+    raise StackError('timed out after %ds waiting for %s' % (timeout, what))
+
+
+class Proc(object):
+    """A process this tool started, recorded in STATE/run/NAME.json."""
+
+    def __init__(self, stack, name):
+        self.stack = stack
+        self.name = name
+        self.path = os.path.join(stack.run_dir, name + '.json')
+        self.out_path = os.path.join(stack.log_dir, name + '.out')
+        self.record = None
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                self.record = json.load(f)
+
+    @property
+    def pid(self):
+        return self.record and self.record['pid']
+
+    def alive(self):
+        return bool(self.record) and is_alive(self.record['pid'],
+                                              self.record['start_time'])
+
+    def start(self, argv, env=None, cwd=None):
+        with open(self.out_path, 'ab') as out:
+            popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                env=env, cwd=cwd or self.stack.dir, close_fds=True)
+        st = proc_stat(popen.pid)
+        if st is None:
+            raise StackError('%s exited at once; see %s' % (self.name,
+                                                            self.out_path))
+        self.record = {'name': self.name, 'pid': popen.pid,
+                       'start_time': st[2], 'argv0': argv[0],
+                       'started': time.time()}
+        with open(self.path + '.tmp', 'w') as f:
+            json.dump(self.record, f)
+        os.rename(self.path + '.tmp', self.path)
+        self.stack.started.append(self)
+        return popen
+
+    def forget(self):
+        self.record = None
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+    def stop(self, grace=STOP_GRACE):
+        """SIGTERM the recorded process, SIGKILL it and its children later.
+
+        Returns the (pid, start time) pairs that had to be killed.
+        """
+        if not self.alive():
+            self.forget()
+            return []
+        pid, start = self.record['pid'], self.record['start_time']
+        family = [(pid, start)] + descendants(pid)
+        self._signal(pid, start, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not any(is_alive(p, s) for p, s in family):
+                break
+            time.sleep(0.1)
+        killed = [(p, s) for p, s in family if is_alive(p, s)]
+        for p, s in killed:
+            self._signal(p, s, signal.SIGKILL)
+        for p, s in killed:
+            for _ in range(50):
+                if not is_alive(p, s):
+                    break
+                time.sleep(0.1)
+        self.forget()
+        return killed
+
+    @staticmethod
+    def _signal(pid, start, sig):
+        if is_alive(pid, start):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+# -- the stack ----------------------------------------------------------------
+
+
+def _int_env(name, default):
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+class Settings(object):
+    """Ports, directories and backends, from the environment and flags."""
+
+    def __init__(self, args):
+        env = os.environ.get
+        self.dir = os.path.abspath(args.state_dir or env('STACK_DIR') or
+                                   os.path.join(REPO_ROOT, 'state'))
+        self.venv = os.path.abspath(getattr(args, 'venv', None) or
+                                    env('STACK_VENV') or
+                                    os.path.join(REPO_ROOT, '.venv'))
+        self.host = getattr(args, 'host', None) or env('STACK_HOST',
+                                                       '127.0.0.1')
+        self.api_port = getattr(args, 'api_port', None) or _int_env(
+            'STACK_API_PORT', 18776)
+        self.rabbit_port = getattr(args, 'rabbit_port', None) or _int_env(
+            'STACK_RABBIT_PORT', 35672)
+        self.epmd_port = getattr(args, 'epmd_port', None) or _int_env(
+            'STACK_EPMD_PORT', 34369)
+        self.iscsi_port = getattr(args, 'iscsi_port', None) or _int_env(
+            'STACK_ISCSI_PORT', 13260)
+        self.tgt_control_port = getattr(
+            args, 'tgt_control_port', None) or _int_env(
+            'STACK_TGT_CONTROL_PORT', 7260)
+        self.ceph_mon_port = getattr(
+            args, 'ceph_mon_port', None) or _int_env(
+            'STACK_CEPH_MON_PORT', 26790)
+        self.backends = parse_backends(getattr(args, 'backends', None) or
+                                       env('STACK_BACKENDS', 'tgt'))
+        self.extra_conf = getattr(args, 'extra_conf', None) or env(
+            'STACK_EXTRA_CONF')
+        self.timeout = getattr(args, 'timeout', None) or _int_env(
+            'STACK_TIMEOUT', 120)
+        self.debug = env('STACK_DEBUG', '') in ('1', 'true', 'yes')
+        self.project_id = env('STACK_PROJECT_ID')
+        try:
+            loopback = ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise StackError('STACK_HOST must be a loopback address '
+                             '(127.0.0.0/8), not %r' % self.host)
+        if self.project_id and not re.match(r'^[0-9a-f-]+$',
+                                            self.project_id):
+            raise StackError('a noauth project id must be hex')
+
+
+def parse_backends(text):
+    """``a,b=rbd,c=pkg.Driver`` -> [(name, driver class)]."""
+    backends = []
+    for item in [i.strip() for i in text.split(',') if i.strip()]:
+        name, _sep, driver = item.partition('=')
+        name, driver = name.strip(), driver.strip()
+        if not re.match(r'^[A-Za-z0-9_-]+$', name):
+            raise StackError('bad backend name %r' % name)
+        driver = driver or ('rbd' if name == 'rbd' else 'tgt')
+        backends.append((name, DRIVER_ALIASES.get(driver, driver)))
+    if not backends:
+        raise StackError('STACK_BACKENDS names no backend')
+    if len({n for n, _d in backends}) != len(backends):
+        raise StackError('duplicate backend names in %r' % text)
+    return backends
+
+
+class Stack(object):
+
+    def __init__(self, settings):
+        self.s = settings
+        self.dir = settings.dir
+        self.run_dir = os.path.join(self.dir, 'run')
+        self.log_dir = os.path.join(self.dir, 'logs')
+        self.rabbit_dir = os.path.join(self.dir, 'rabbitmq')
+        self.cinder_dir = os.path.join(self.dir, 'cinder')
+        self.conf_path = os.path.join(self.dir, 'cinder.conf')
+        self.info_path = os.path.join(self.dir, 'stack.json')
+        self.secrets_path = os.path.join(self.dir, 'secrets.json')
+        self.started = []
+        self.ceph_started = False
+        self.ceph_dir = os.path.join(self.dir, 'ceph')
+        self.info = {}
+        if os.path.exists(self.info_path):
+            with open(self.info_path) as f:
+                self.info = json.load(f)
+
+    def procs(self):
+        return {name: Proc(self, name) for name in ORDER}
+
+    # -- settings of a running stack win over the environment ---------------
+
+    def effective(self):
+        """Settings of the running stack if any, else the requested ones."""
+        info = dict(self.info)
+        if not info:
+            info = self.requested()
+        return info
+
+    def requested(self):
+        s = self.s
+        return {'host': s.host, 'api_port': s.api_port,
+                'rabbit_port': s.rabbit_port, 'epmd_port': s.epmd_port,
+                'iscsi_port': s.iscsi_port,
+                'tgt_control_port': s.tgt_control_port,
+                'ceph_mon_port': s.ceph_mon_port,
+                'backends': s.backends, 'venv': s.venv,
+                'project_id': (s.project_id or self.info.get('project_id') or
+                               uuid.uuid4().hex)}
+
+    # -- up ---------------------------------------------------------------
+
+    def up(self):
+        os.umask(0o077)
+        for d in (self.dir, self.run_dir, self.log_dir, self.rabbit_dir,
+                  self.cinder_dir):
+            os.makedirs(d, exist_ok=True)
+        procs = self.procs()
+        running = [n for n, p in procs.items() if p.alive()]
+        if running and self.info:
+            info = self.info
+            log('already running: %s; keeping its settings (down, then up '
+                'to apply new settings)' % ', '.join(running))
+        else:
+            info = self.requested()
+        self.info = info
+        with open(self.info_path, 'w') as f:
+            json.dump(info, f, indent=1)
+        self._check_ports(procs)
+        try:
+            self._start_epmd(procs['epmd'])
+            self._start_rabbitmq(procs['rabbitmq'])
+            self._start_tgtd(procs['tgtd'])
+            if self.uses_ceph():
+                self._start_ceph()
+            self._write_cinder_conf()
+            self._db_sync()
+            for name in ('cinder-scheduler', 'cinder-volume', 'cinder-api'):
+                self._start_cinder(procs[name], name)
+            self._wait_cinder(procs)
+            self._ensure_types()
+        except (StackError, OSError, subprocess.SubprocessError) as err:
+            log('ERROR: %s' % err)
+            if self.started:
+                log('stopping what this run started: %s' % ', '.join(
+                    p.name for p in self.started))
+                for proc in reversed(self.started):
+                    self._stop_one(proc)
+            if self.ceph_started:
+                self._stop_ceph()
+            return 1
+        self.print_ready()
+        return 0
+
+    def _check_ports(self, procs):
+        info = self.info
+        owners = {
+            'epmd': [info['epmd_port']],
+            'rabbitmq': [info['rabbit_port'], info['rabbit_port'] + 1],
+            'tgtd': [info['iscsi_port']],
+            'cinder-api': [info['api_port']],
+        }
+        for name, ports in owners.items():
+            if procs[name].alive():
+                continue
+            for port in ports:
+                if port_open(info['host'], port):
+                    raise StackError(
+                        'port %d (for %s) is already in use by another '
+                        'process; choose another with the STACK_*_PORT '
+                        'settings' % (port, name))
+
+    def _rabbit_env(self):
+        info, r = self.info, self.rabbit_dir
+        env = dict(os.environ)
+        env.update({
+            'HOME': r,
+            'RABBITMQ_CONF_ENV_FILE': os.path.join(r, 'rabbitmq-env.conf'),
+            'RABBITMQ_CONFIG_FILE': os.path.join(r, 'rabbitmq.conf'),
+            'RABBITMQ_ENABLED_PLUGINS_FILE': os.path.join(r,
+                                                          'enabled_plugins'),
+            'RABBITMQ_NODENAME': 'cinder-forcedetach-%d@localhost' %
+                                 info['rabbit_port'],
+            'RABBITMQ_USE_LONGNAME': 'false',
+            'RABBITMQ_NODE_IP_ADDRESS': info['host'],
+            'RABBITMQ_NODE_PORT': str(info['rabbit_port']),
+            'RABBITMQ_DIST_PORT': str(info['rabbit_port'] + 1),
+            'RABBITMQ_MNESIA_BASE': os.path.join(r, 'mnesia'),
+            'RABBITMQ_LOG_BASE': os.path.join(r, 'log'),
+            'RABBITMQ_PID_FILE': os.path.join(r, 'rabbitmq.pid'),
+            'ERL_EPMD_ADDRESS': info['host'],
+            'ERL_EPMD_PORT': str(info['epmd_port']),
+            'RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS':
+                '-kernel inet_dist_use_interface {%s}' %
+                info['host'].replace('.', ','),
+        })
+        return env
+
+    def _start_epmd(self, proc):
+        if proc.alive():
+            return
+        proc.start(['epmd', '-address', self.info['host'], '-port',
+                    str(self.info['epmd_port'])])
+        wait_for(lambda: port_open(self.info['host'], self.info['epmd_port']),
+                 15, 'epmd', proc)
+
+    def _secrets(self):
+        if os.path.exists(self.secrets_path):
+            with open(self.secrets_path) as f:
+                return json.load(f)
+        data = {'rabbit_user': 'cinder',
+                'rabbit_password': secrets.token_hex(16)}
+        # A broker database made with another password is of no use.
+        if not Proc(self, 'rabbitmq').alive():
+            shutil.rmtree(os.path.join(self.rabbit_dir, 'mnesia'),
+                          ignore_errors=True)
+        fd = os.open(self.secrets_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                     0o600)
+        with os.fdopen(fd, 'w') as f:
+            json.dump(data, f)
+        return data
+
+    def transport_url(self):
+        sec = self._secrets()
+        return 'rabbit://%s:%s@%s:%d/' % (sec['rabbit_user'],
+                                          sec['rabbit_password'],
+                                          self.info['host'],
+                                          self.info['rabbit_port'])
+
+    def _start_rabbitmq(self, proc):
+        if proc.alive():
+            return
+        if not os.path.exists(RABBITMQ_SERVER):
+            raise StackError('%s not found: install rabbitmq-server '
+                             '(tools/stack.sh up does)' % RABBITMQ_SERVER)
+        sec = self._secrets()
+        r = self.rabbit_dir
+        for d in ('mnesia', 'log'):
+            os.makedirs(os.path.join(r, d), exist_ok=True)
+        _write(os.path.join(r, 'rabbitmq-env.conf'), '')
+        _write(os.path.join(r, 'enabled_plugins'), '[].\n')
+        _write(os.path.join(r, 'rabbitmq.conf'), '\n'.join([
+            'listeners.tcp.1 = %s:%d' % (self.info['host'],
+                                         self.info['rabbit_port']),
+            'default_user = %s' % sec['rabbit_user'],
+            'default_pass = %s' % sec['rabbit_password'],
+            'default_vhost = /',
+            'loopback_users.guest = true',
+            'log.console = false',
+            'log.file.level = info',
+            '']))
+        proc.start([RABBITMQ_SERVER], env=self._rabbit_env(), cwd=r)
+        wait_for(lambda: amqp_ready(self.info['host'],
+                                    self.info['rabbit_port']),
+                 self.s.timeout, 'rabbitmq', proc)
+        self._check_amqp_login()
+
+    def _check_amqp_login(self):
+        """Log in as the cinder user with kombu (the URL is not on argv)."""
+        python = os.path.join(self.info['venv'], 'bin', 'python')
+        env = dict(os.environ, STACK_TRANSPORT_URL=self.transport_url())
+        code = ('import os, kombu\n'
+                'c = kombu.Connection(os.environ["STACK_TRANSPORT_URL"]'
+                '.replace("rabbit://", "amqp://"), connect_timeout=5)\n'
+                'c.connect(); c.release()\n')
+        res = subprocess.run([python, '-c', code], env=env,
+                             capture_output=True, text=True, timeout=60)
+        if res.returncode:
+            last = (res.stderr.strip().splitlines() or ['?'])[-1]
+            raise StackError('cannot log in to rabbitmq as the cinder user: '
+                             '%s' % last)
+
+    def _start_tgtd(self, proc):
+        info = self.info
+        if proc.alive():
+            return
+        control = info['tgt_control_port']
+        if os.path.exists(os.path.join(TGTD_SOCKET_DIR,
+                                       'socket.%d' % control)) and \
+                tgtadm(control, '--op', 'show', '--mode', 'target',
+                       check=False).returncode == 0:
+            raise StackError('a tgtd this tool did not start already uses '
+                             'control port %d; set STACK_TGT_CONTROL_PORT' %
+                             control)
+        if not shutil.which('tgtd'):
+            raise StackError('tgtd not found: install tgt')
+        proc.start(['tgtd', '-f', '-C', str(control), '--iscsi',
+                    'portal=%s:%d' % (info['host'], info['iscsi_port'])])
+        wait_for(lambda: port_open(info['host'], info['iscsi_port']) and
+                 tgtadm(control, '--op', 'show', '--mode', 'target',
+                        check=False).returncode == 0,
+                 30, 'tgtd', proc)
+
+    # -- Ceph (RBD backends) -------------------------------------------------
+
+    def uses_ceph(self, info=None):
+        return any(d == RBD_DRIVER
+                   for _n, d in (info or self.info)['backends'])
+
+    def _ceph_env(self):
+        info = self.info
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('CEPH_')}
+        host = info.get('host', self.s.host)
+        port = info.get('ceph_mon_port', self.s.ceph_mon_port)
+        env.update(CEPH_DEV_DIR=self.ceph_dir,
+                   CEPH_DEV_MON_ADDR=host,
+                   CEPH_DEV_DAEMON_ADDR=host,
+                   CEPH_DEV_MON_PORT=str(port),
+                   CEPH_DEV_MON_PORT_V2=str(port - 1),
+                   CEPH_DEV_CINDER_MON_CAPS=CEPH_CINDER_MON_CAPS)
+        return env
+
+    def ceph(self, *args, check=True, timeout=300):
+        """Run tools/ceph-dev.sh on the stack's cluster."""
+        res = subprocess.run([CEPH_DEV] + list(args), env=self._ceph_env(),
+                             capture_output=True, text=True,
+                             timeout=timeout)
+        if check and res.returncode:
+            raise StackError('tools/ceph-dev.sh %s failed (%d): %s' % (
+                ' '.join(args), res.returncode, res.stderr.strip()[-2000:]))
+        return res
+
+    def _start_ceph(self):
+        if os.environ.get('STACK_SKIP_INSTALL', '') != '1':
+            res = subprocess.run([INSTALL_CEPH, self.info['venv']],
+                                 capture_output=True, text=True)
+            if res.returncode:
+                raise StackError('tools/install-ceph.sh failed (%d): %s' % (
+                    res.returncode, res.stderr.strip()[-2000:]))
+        was_ready = self.ceph('status', check=False).returncode == 0
+        self.ceph('up')
+        self.ceph_started = not was_ready
+        log('ceph up (cluster %s)' % self.ceph_dir)
+
+    def ceph_settings(self):
+        """CEPH_* paths of the cluster (``ceph-dev.sh env``; no keys)."""
+        out = self.ceph('env').stdout
+        return dict(re.findall(r"^export (CEPH_\w+)=(.*)$", out,
+                               re.MULTILINE))
+
+    def _stop_ceph(self):
+        if os.path.exists(self.ceph_dir):
+            self.ceph('down', check=False)
+            log('stopped ceph (cluster %s)' % self.ceph_dir)
+
+    def _write_cinder_conf(self):
+        info, c = self.info, self.cinder_dir
+        venv = info['venv']
+        paste = os.path.join(venv, 'etc', 'cinder', 'api-paste.ini')
+        if not os.path.exists(paste):
+            raise StackError('%s not found: is Cinder installed in %s?' % (
+                paste, venv))
+        conf = configparser.RawConfigParser()
+        conf.optionxform = str
+        conf['DEFAULT'] = {
+            'debug': str(self.s.debug),
+            'state_path': c,
+            'log_dir': self.log_dir,
+            'my_ip': info['host'],
+            'auth_strategy': 'noauth',
+            'transport_url': self.transport_url(),
+            'osapi_volume_listen': info['host'],
+            'osapi_volume_listen_port': str(info['api_port']),
+            'osapi_volume_workers': '1',
+            # down: a worker waiting on idle keep-alive connections exits
+            # after this many seconds instead of oslo.service's 60.
+            'graceful_shutdown_timeout': '5',
+            'api_paste_config': paste,
+            'enabled_backends': ','.join(n for n, _d in info['backends']),
+            'rootwrap_config': os.path.join(venv, 'etc', 'cinder',
+                                            'rootwrap.conf'),
+        }
+        conf['database'] = {'connection': 'sqlite:///%s' % os.path.join(
+            c, 'cinder.sqlite')}
+        conf['oslo_concurrency'] = {'lock_path': os.path.join(c, 'locks')}
+        conf['coordination'] = {'backend_url': 'file://%s' % os.path.join(
+            self.dir, 'locks')}
+        conf['keystone_authtoken'] = {'service_token_roles': 'service'}
+        # Privileged calls (tgtadm, os-brick) go through oslo.privsep; this
+        # runs as root, so the helper needs no sudo/rootwrap in front.
+        helper = '%s --config-file %s' % (
+            os.path.join(venv, 'bin', 'privsep-helper'), self.conf_path)
+        for section in ('cinder_sys_admin', 'privsep_osbrick'):
+            conf[section] = {'helper_command': helper}
+        for name, driver in info['backends']:
+            section = {'volume_driver': driver,
+                       'volume_backend_name': name}
+            if driver == TGT_DRIVER or 'iscsi' in driver.lower():
+                section.update({
+                    'forcedetach_tgt_control_port':
+                        str(info['tgt_control_port']),
+                    'forcedetach_volumes_dir': os.path.join(
+                        self.dir, 'volumes', name),
+                    'target_ip_address': info['host'],
+                    'target_port': str(info['iscsi_port']),
+                    'target_protocol': 'iscsi',
+                })
+            elif driver == RBD_DRIVER:
+                ceph = self.ceph_settings()
+                section.update({
+                    'rbd_ceph_conf': ceph['CEPH_CONF'],
+                    'rbd_user': ceph['CEPH_USER'],
+                    'rbd_pool': ceph['CEPH_POOL'],
+                    'forcedetach_rbd_keyring': ceph['CEPH_KEYRING'],
+                })
+            conf[name] = section
+        for d in ('locks',):
+            os.makedirs(os.path.join(c, d), exist_ok=True)
+        os.makedirs(os.path.join(self.dir, 'locks'), exist_ok=True)
+        fd = os.open(self.conf_path + '.tmp',
+                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, 'w') as f:
+            f.write('# Generated by tools/stack.sh; changes are '
+                    'overwritten by the next up.\n')
+            conf.write(f)
+            if self.s.extra_conf:
+                with open(self.s.extra_conf) as extra:
+                    f.write('\n# From %s\n' % self.s.extra_conf)
+                    f.write(extra.read())
+        os.rename(self.conf_path + '.tmp', self.conf_path)
+
+    def _venv_bin(self, name):
+        path = os.path.join(self.info['venv'], 'bin', name)
+        if not os.path.exists(path):
+            raise StackError('%s not found: run tools/stack.sh up to '
+                             'install the venv' % path)
+        return path
+
+    def _db_sync(self):
+        out = os.path.join(self.log_dir, 'cinder-manage.out')
+        with open(out, 'ab') as f:
+            res = subprocess.run(
+                [self._venv_bin('cinder-manage'), '--config-file',
+                 self.conf_path, 'db', 'sync'],
+                stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                cwd=self.dir, timeout=300)
+        if res.returncode:
+            raise StackError('cinder-manage db sync failed; see %s' % out)
+
+    def _start_cinder(self, proc, name):
+        if proc.alive():
+            return
+        proc.start([self._venv_bin(name), '--config-file', self.conf_path])
+
+    # -- readiness through the API -----------------------------------------
+
+    def api_url(self, info=None):
+        info = info or self.info
+        return 'http://%s:%d/v3/%s' % (info['host'], info['api_port'],
+                                       info['project_id'])
+
+    def api(self, method, path, body=None, version='3.0', timeout=10):
+        info = self.info
+        req = urllib.request.Request(
+            self.api_url() + path, method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={'X-Auth-Token': 'admin:%s' % info['project_id'],
+                     'Content-Type': 'application/json',
+                     'OpenStack-API-Version': 'volume %s' % version})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            data = resp.read()
+        return json.loads(data) if data else {}
+
+    def api_answers(self):
+        info = self.info
+        try:
+            urllib.request.urlopen('http://%s:%d/' % (info['host'],
+                                                      info['api_port']),
+                                   timeout=2).close()
+        except urllib.error.HTTPError:
+            return True  # the versions document answers 300
+        except (urllib.error.URLError, OSError):
+            return False
+        return True
+
+    def service_states(self):
+        """{(binary, host): state} from the os-services API."""
+        services = self.api('GET', '/os-services')['services']
+        return {(s['binary'], s['host']): (s['state'], s['status'])
+                for s in services}
+
+    def pool_backends(self):
+        """Backends whose driver initialized and reported its capacity.
+
+        A volume service whose driver failed to initialize still shows
+        'up' in os-services for a while; only a working driver reports a
+        pool to the scheduler.
+        """
+        pools = self.api('GET', '/scheduler-stats/get_pools')['pools']
+        return {p['name'].split('@', 1)[1].split('#', 1)[0] for p in pools
+                if '@' in p['name']}
+
+    def volume_backends_up(self):
+        try:
+            states = self.service_states()
+            pools = self.pool_backends()
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+        up_backends = {host.split('@', 1)[1] for (binary, host), st
+                       in states.items() if binary == 'cinder-volume' and
+                       '@' in host and st == ('up', 'enabled')}
+        scheduler = any(b == 'cinder-scheduler' and st[0] == 'up'
+                        for (b, _h), st in states.items())
+        return scheduler and all(n in up_backends and n in pools
+                                 for n, _d in self.info['backends'])
+
+    def _wait_cinder(self, procs):
+        def ready():
+            for name in ('cinder-scheduler', 'cinder-volume', 'cinder-api'):
+                if not procs[name].alive():
+                    raise StackError('%s exited; see %s and %s' % (
+                        name, procs[name].out_path,
+                        os.path.join(self.log_dir, name + '.log')))
+            return self.api_answers() and self.volume_backends_up()
+        wait_for(ready, self.s.timeout, 'cinder-api and the volume service '
+                 'of every backend to be up')
+
+    def _ensure_types(self):
+        existing = {t['name'] for t in
+                    self.api('GET', '/types')['volume_types']}
+        wanted = [(name, {'volume_backend_name': name})
+                  for name, _d in self.info['backends']]
+        wanted.append(('multiattach', {'multiattach': '<is> True'}))
+        for name, specs in wanted:
+            if name not in existing:
+                self.api('POST', '/types', {'volume_type': {
+                    'name': name, 'extra_specs': specs}})
+
+    # -- output -------------------------------------------------------------
+
+    def client_env(self, info=None):
+        info = info or self.info
+        return [('OS_AUTH_TYPE', 'noauth'),
+                ('CINDER_ENDPOINT', self.api_url(info)),
+                ('OS_PROJECT_ID', info['project_id']),
+                ('OS_USER_ID', 'admin'),
+                ('OS_VOLUME_API_VERSION', CLIENT_API_VERSION)]
+
+    def client_command(self, args='create 1'):
+        env = ' '.join('%s=%s' % kv for kv in self.client_env())
+        return '%s %s %s' % (env, os.path.join(self.info['venv'], 'bin',
+                                               'cinder'), args)
+
+    def manage_command(self, args):
+        env = ' '.join('%s=%s' % kv for kv in self.client_env())
+        script = os.path.join(self.info['venv'], 'bin', 'cinder-forcedetach')
+        if not os.path.exists(script):
+            script = '%s -m cinder_forcedetach.cmd.manage' % os.path.join(
+                self.info['venv'], 'bin', 'python')
+        return '%s %s %s' % (env, script, args)
+
+    def print_ready(self):
+        info, procs = self.info, self.procs()
+        lines = [
+            'Cinder is up (state directory %s)' % self.dir,
+            '  API        %s   (auth_strategy noauth, project %s)' % (
+                self.api_url(), info['project_id']),
+            '  rabbitmq   %s:%d, pid %s' % (info['host'], info['rabbit_port'],
+                                            procs['rabbitmq'].pid),
+            '  tgtd       iSCSI portal %s:%d, control port %d, pid %s' % (
+                info['host'], info['iscsi_port'], info['tgt_control_port'],
+                procs['tgtd'].pid),
+            '  backends   %s (a volume type of the same name each; type '
+            '"multiattach")' % ', '.join(
+                '%s=%s' % (n, d.rsplit('.', 1)[-1])
+                for n, d in info['backends']),
+            '  config     %s' % self.conf_path,
+            '  logs       %s' % self.log_dir,
+            '',
+            'Create a volume:',
+            '  ' + self.client_command('create 1'),
+            'Force-detach it from every host:',
+            '  ' + self.manage_command('volume force-detach VOLUME_ID'),
+            'Or: eval "$(tools/stack.sh env)" and use cinder / '
+            'cinder-forcedetach directly.',
+        ]
+        if self.uses_ceph():
+            lines.insert(4, '  ceph       monitor %s:%d, cluster %s' % (
+                info['host'], info.get('ceph_mon_port'), self.ceph_dir))
+        sys.stdout.write('\n'.join(lines) + '\n')
+        sys.stdout.flush()
+
+    # -- down ---------------------------------------------------------------
+
+    def _stop_one(self, proc):
+        if proc.name == 'tgtd':
+            self._stop_tgtd(proc)
+            return
+        killed = proc.stop()
+        if killed:
+            log('%s: SIGKILLed %s after %ds' % (
+                proc.name, ', '.join(str(p) for p, _s in killed),
+                STOP_GRACE))
+
+    def _stop_tgtd(self, proc):
+        if not proc.alive():
+            proc.forget()
+            return
+        control = self.info.get('tgt_control_port',
+                                self.s.tgt_control_port)
+        out = tgtadm(control, '--op', 'show', '--mode', 'target',
+                     check=False).stdout
+        for tid in re.findall(r'^Target (\d+):', out, re.MULTILINE):
+            tgtadm(control, '--op', 'delete', '--mode', 'target', '--tid',
+                   tid, '--force', check=False)
+        accounts = tgtadm(control, '--op', 'show', '--mode', 'account',
+                          check=False).stdout
+        for line in accounts.splitlines()[1:]:
+            if line.strip():
+                tgtadm(control, '--op', 'delete', '--mode', 'account',
+                       '--user', line.split()[0], check=False)
+        tgtadm(control, '--op', 'delete', '--mode', 'system', check=False)
+        pid, start = proc.record['pid'], proc.record['start_time']
+        for _ in range(100):
+            if not is_alive(pid, start):
+                break
+            time.sleep(0.1)
+        if is_alive(pid, start):
+            log('tgtd did not stop; SIGKILL %d' % pid)
+            proc.stop(grace=0)
+        proc.forget()
+
+    def down(self, purge=False):
+        procs = self.procs()
+        for name in reversed(ORDER):
+            proc = procs[name]
+            if proc.record:
+                was = proc.pid
+                self._stop_one(proc)
+                log('stopped %s (pid %s)' % (name, was))
+        self._stop_ceph()
+        if purge:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            log('removed %s' % self.dir)
+        return 0
+
+    # -- status ---------------------------------------------------------------
+
+    def status(self):
+        procs = self.procs()
+        if not self.info and not any(p.record for p in procs.values()):
+            sys.stdout.write('no stack in %s\n' % self.dir)
+            return EXIT_DOWN
+        info = self.effective()
+        self.info = info
+        rows, ok = [], True
+        try:
+            states = self.service_states() if self.api_answers() else {}
+            pools = self.pool_backends() if states else set()
+        except (urllib.error.URLError, OSError, ValueError):
+            states, pools = {}, set()
+        for name in ORDER:
+            proc = procs[name]
+            alive = proc.alive()
+            ok = ok and alive
+            detail = ''
+            if name == 'rabbitmq' and alive:
+                detail = 'amqp %s:%d %s' % (
+                    info['host'], info['rabbit_port'],
+                    'answers' if amqp_ready(info['host'],
+                                            info['rabbit_port'])
+                    else 'NOT answering')
+            elif name == 'tgtd' and alive:
+                out = tgtadm(info['tgt_control_port'], '--op', 'show',
+                             '--mode', 'target', check=False).stdout
+                detail = 'portal %s:%d, %d target(s)' % (
+                    info['host'], info['iscsi_port'],
+                    len(re.findall(r'^Target \d+:', out, re.MULTILINE)))
+            elif name == 'cinder-api' and alive:
+                detail = '%s %s' % (self.api_url(info), 'answers'
+                                    if states else 'NOT answering')
+            elif name.startswith('cinder-') and alive:
+                binary = name
+                found = ['%s %s' % (h, '/'.join(st)) for (b, h), st
+                         in sorted(states.items()) if b == binary]
+                ok = ok and bool(found) and all(
+                    st == ('up', 'enabled') for (b, _h), st
+                    in states.items() if b == binary)
+                if binary == 'cinder-volume':
+                    for backend, _driver in info['backends']:
+                        if backend not in pools:
+                            ok = False
+                            found.append('%s: driver NOT initialized (no '
+                                         'pool; see cinder-volume.log)' %
+                                         backend)
+                detail = ', '.join(found) or 'not in os-services'
+            rows.append('%-17s %-8s %-8s %s' % (
+                name, 'running' if alive else 'stopped',
+                proc.pid if alive else '-', detail))
+        if self.uses_ceph(info):
+            ready = (os.path.exists(self.ceph_dir) and
+                     self.ceph('status', check=False).returncode == 0)
+            ok = ok and ready
+            rows.append('%-17s %-8s %-8s %s' % (
+                'ceph', 'running' if ready else 'stopped', '-',
+                'monitor %s:%s, %s' % (info['host'], info.get('ceph_mon_port'),
+                                       'ready' if ready else 'NOT ready')))
+        sys.stdout.write('\n'.join(rows) + '\n')
+        return 0 if ok else EXIT_DOWN
+
+    def env(self):
+        if not self.info:
+            raise StackError('no stack in %s' % self.dir)
+        for key, value in self.client_env():
+            sys.stdout.write('export %s=%s\n' % (key, value))
+        sys.stdout.write('export PATH=%s:"$PATH"\n' % os.path.join(
+            self.info['venv'], 'bin'))
+        return 0
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def _tail(path, lines=15):
+    """The last lines of a process's output, for an error message."""
+    try:
+        with open(path, errors='replace') as f:
+            last = f.read().splitlines()[-lines:]
+    except OSError:
+        return ''
+    return ''.join('\n  | ' + line for line in last)
+
+
+def _write(path, text):
+    fd = os.open(path + '.tmp', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, 'w') as f:
+        f.write(text)
+    os.rename(path + '.tmp', path)
+
+
+def tgtadm(control, *args, check=True):
+    return subprocess.run(('tgtadm', '-C', str(control), '--lld', 'iscsi') +
+                          args, capture_output=True, text=True, check=check,
+                          timeout=30)
+
+
+def amqp_ready(host, port):
+    """The broker answers the AMQP 0-9-1 header with Connection.Start."""
+    try:
+        with socket.create_connection((host, port), timeout=2) as s:
+            s.sendall(b'AMQP\x00\x00\x09\x01')
+            head = s.recv(11)
+    except OSError as err:
+        if err.errno not in (errno.ECONNREFUSED, errno.ECONNRESET, None):
+            log('amqp probe: %s' % err)
+        return False
+    # frame type 1 (method), channel 0, class 10 method 10.
+    return len(head) == 11 and head[0] == 1 and head[7:11] == \
+        b'\x00\x0a\x00\x0a'
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog='tools/stack.sh',
+        description='Real Cinder services with cinder-forcedetach drivers, '
+                    'on loopback.')
+    parser.add_argument('--state-dir', help='state directory (STACK_DIR)')
+    sub = parser.add_subparsers(dest='command', metavar='COMMAND')
+    sub.required = True
+    up = sub.add_parser('up', help='install what is missing and start')
+    up.add_argument('--venv')
+    up.add_argument('--host')
+    for opt in ('api-port', 'rabbit-port', 'epmd-port', 'iscsi-port',
+                'tgt-control-port', 'ceph-mon-port', 'timeout'):
+        up.add_argument('--' + opt, type=int)
+    up.add_argument('--backends', help='NAME[=DRIVER],...; DRIVER: tgt, '
+                    'rbd or a class')
+    up.add_argument('--extra-conf', help='file appended to cinder.conf')
+    down = sub.add_parser('down', help='stop every process up started')
+    down.add_argument('--purge', action='store_true',
+                      help='also delete the state directory')
+    sub.add_parser('status', help='report each service')
+    sub.add_parser('env', help='print export lines for the client')
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        stack = Stack(Settings(args))
+        if args.command == 'up':
+            return stack.up()
+        if args.command == 'down':
+            return stack.down(purge=args.purge)
+        if args.command == 'status':
+            return stack.status()
+        return stack.env()
+    except StackError as err:
+        log('ERROR: %s' % err)
+        return 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
