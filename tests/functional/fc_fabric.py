@@ -3,11 +3,13 @@
 This machine has no FC HBA, no FC switch, and its kernel has no SCSI
 subsystem (see machine-facts.md), so exactly these parts are emulated:
 
-* **The switch**: :class:`EmulatedSwitchZoneDriver` and
-  :class:`EmulatedNameServer` are the zone driver and SAN lookup service
-  that Cinder's real ``ZoneManager`` / ``FCSanLookupService`` load from
-  ``[fc-zone-manager]``; zones (initiator-target pairs), logged-in ports and
-  every call are rows of a SQLite file, ``fabric.sqlite``.
+* **The switch** (in :mod:`tests.fakes`, which unit tests use too):
+  :class:`~tests.fakes.EmulatedSwitchZoneDriver` and
+  :class:`~tests.fakes.EmulatedNameServer` are the zone driver and SAN
+  lookup service that Cinder's real ``ZoneManager`` /
+  ``FCSanLookupService`` load from ``[fc-zone-manager]``; zones
+  (initiator-target pairs), logged-in ports and every call are rows of a
+  SQLite file, ``fabric.sqlite``.
 * **Each host's HBAs and SCSI layer**: an :class:`EmulatedHost` runs its
   code in a private mount namespace (``unshare(CLONE_NEWNS)``) where
   ``/sys`` and ``/dev`` are bind mounts of trees this module writes:
@@ -47,55 +49,20 @@ import os
 import select
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 import traceback
 
-from cinder import exception
-from cinder.zonemanager.drivers import fc_zone_driver
-from cinder.zonemanager import fc_san_lookup_service
 import fixtures
 from oslo_config import cfg
 
 from cinder_forcedetach.arrays import base as array_base
 from cinder_forcedetach.arrays import sqlite as sqlite_array
+from tests import fakes
 
-ZM_GROUP = 'fc-zone-manager'
-fabric_opts = [
-    cfg.StrOpt('emulated_fabric_db',
-               help='fabric.sqlite of the emulated switch (tests only).'),
-    cfg.StrOpt('emulated_fabric_name', default='fabric-a',
-               help='Name of the emulated fabric (tests only).'),
-]
-cfg.CONF.register_opts(fabric_opts, group=ZM_GROUP)
-
-ZONE_DRIVER = __name__ + '.EmulatedSwitchZoneDriver'
-LOOKUP_SERVICE = __name__ + '.EmulatedNameServer'
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS config (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS ports (
-    wwpn TEXT PRIMARY KEY, kind TEXT NOT NULL, online INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS hbas (
-    host TEXT NOT NULL, host_no INTEGER PRIMARY KEY, wwpn TEXT NOT NULL,
-    wwnn TEXT NOT NULL, pci TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS zones (
-    initiator TEXT NOT NULL, target TEXT NOT NULL,
-    PRIMARY KEY (initiator, target));
-CREATE TABLE IF NOT EXISTS faults (op TEXT PRIMARY KEY, count INTEGER);
-CREATE TABLE IF NOT EXISTS devices (
-    host TEXT NOT NULL, name TEXT NOT NULL, host_no INTEGER NOT NULL,
-    target TEXT NOT NULL, lun INTEGER NOT NULL, volume TEXT NOT NULL,
-    loop TEXT, backing TEXT, state TEXT NOT NULL,
-    PRIMARY KEY (host, name));
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL,
-    source TEXT NOT NULL, host TEXT, op TEXT NOT NULL, detail TEXT);
-"""
 
 SCSI_ID = """#!/bin/sh
 # Emulated /lib/udev/scsi_id (cinder-forcedetach tests): a loop device
@@ -108,208 +75,6 @@ echo "3${wwid#naa.}"
 
 
 # -- the fabric database ------------------------------------------------------
-
-@contextlib.contextmanager
-def fabric_db(path, timeout=10.0):
-    """A transaction on fabric.sqlite (committed unless it raises)."""
-    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
-    try:
-        conn.execute('BEGIN IMMEDIATE')
-        yield conn
-        conn.execute('COMMIT')
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute('ROLLBACK')
-        raise
-    finally:
-        conn.close()
-
-
-def record(conn, source, op, host=None, **detail):
-    conn.execute('INSERT INTO events (t, source, host, op, detail) VALUES '
-                 '(?, ?, ?, ?, ?)', (time.time(), source, host, op,
-                                     json.dumps(detail, sort_keys=True)))
-
-
-def _take_fault(conn, op):
-    row = conn.execute('SELECT count FROM faults WHERE op = ?',
-                       (op,)).fetchone()
-    if row and row[0] > 0:
-        conn.execute('UPDATE faults SET count = count - 1 WHERE op = ?',
-                     (op,))
-        return True
-    return False
-
-
-def _wwpns(values):
-    return [array_base.normalize_wwpn(v) for v in values]
-
-
-# -- the switch (loaded by Cinder's ZoneManager / FCSanLookupService) ---------
-
-class EmulatedSwitchZoneDriver(fc_zone_driver.FCZoneDriver):
-    """Zone driver of the emulated switch: zones are rows of fabric.sqlite.
-
-    Emulated because no FC switch can exist here; Cinder's ZoneManager
-    (real) calls it exactly as it calls the Brocade or Cisco drivers.
-    Policy initiator-target: one zone per (initiator, target) pair.
-    """
-
-    VERSION = '1.0.0'
-
-    def __init__(self, **kwargs):
-        super(EmulatedSwitchZoneDriver, self).__init__(**kwargs)
-        self.db = cfg.CONF[ZM_GROUP].emulated_fabric_db
-        self.fabric = cfg.CONF[ZM_GROUP].emulated_fabric_name
-
-    def _change(self, op, fabric, initiator_target_map, host_name):
-        pairs = sorted((i, t) for init, targets in
-                       initiator_target_map.items()
-                       for i in _wwpns([init]) for t in _wwpns(targets))
-        with fabric_db(self.db) as conn:
-            failed = _take_fault(conn, op)
-            if failed:
-                record(conn, 'switch', op + '-failed', host_name,
-                       pairs=pairs)
-            else:
-                for pair in pairs:
-                    if op == 'add_connection':
-                        conn.execute('INSERT OR IGNORE INTO zones VALUES '
-                                     '(?, ?)', pair)
-                    else:
-                        conn.execute('DELETE FROM zones WHERE initiator = ? '
-                                     'AND target = ?', pair)
-                record(conn, 'switch', op, host_name, fabric=fabric,
-                       pairs=pairs)
-        if failed:
-            raise exception.FCZoneDriverException(
-                reason='emulated switch fault injected for %s' % op)
-
-    def add_connection(self, fabric, initiator_target_map, host_name=None,
-                       storage_system=None):
-        self._change('add_connection', fabric, initiator_target_map,
-                     host_name)
-
-    def delete_connection(self, fabric, initiator_target_map, host_name=None,
-                          storage_system=None):
-        self._change('delete_connection', fabric, initiator_target_map,
-                     host_name)
-
-    def get_san_context(self, target_wwn_list):
-        with fabric_db(self.db) as conn:
-            online = {r[0] for r in conn.execute(
-                "SELECT wwpn FROM ports WHERE kind = 'target' AND online")}
-        found = [t for t in target_wwn_list
-                 if array_base.normalize_wwpn(t) in online]
-        return {self.fabric: found} if found else {}
-
-
-class EmulatedNameServer(fc_san_lookup_service.FCSanLookupService):
-    """The emulated switch's name server: which ports are logged in."""
-
-    def __init__(self, **kwargs):
-        super(EmulatedNameServer, self).__init__(**kwargs)
-        self.db = cfg.CONF[ZM_GROUP].emulated_fabric_db
-        self.fabric = cfg.CONF[ZM_GROUP].emulated_fabric_name
-
-    def get_device_mapping_from_network(self, initiator_list, target_list):
-        with fabric_db(self.db) as conn:
-            online = {r[0] for r in conn.execute(
-                'SELECT wwpn FROM ports WHERE online')}
-        initiators = [w for w in initiator_list
-                      if array_base.normalize_wwpn(w) in online]
-        targets = [w for w in target_list
-                   if array_base.normalize_wwpn(w) in online]
-        if not initiators or not targets:
-            return {}
-        return {self.fabric: {'initiator_port_wwn_list': initiators,
-                              'target_port_wwn_list': targets}}
-
-
-def create_fabric_db(path, array_db=None, volumes_dir=None,
-                     target_wwpns=()):
-    """Create fabric.sqlite; the array's target ports log in."""
-    with fabric_db(path) as conn:
-        for statement in SCHEMA.split(';'):
-            if statement.strip():
-                conn.execute(statement)
-        for key, value in (('array_db', array_db),
-                           ('volumes_dir', volumes_dir)):
-            if value:
-                conn.execute('INSERT OR REPLACE INTO config VALUES (?, ?)',
-                             (key, value))
-        for wwpn in _wwpns(target_wwpns):
-            conn.execute("INSERT OR REPLACE INTO ports VALUES (?, 'target', "
-                         "1)", (wwpn,))
-
-
-def login_ports(path, wwpns, kind='initiator', online=True):
-    """Ports log in to (or out of) the emulated switch's name server."""
-    with fabric_db(path) as conn:
-        for wwpn in _wwpns(wwpns):
-            conn.execute('INSERT OR REPLACE INTO ports VALUES (?, ?, ?)',
-                         (wwpn, kind, int(online)))
-
-
-def zoning_flags(fabric_db_path):
-    """Cinder flags that turn on the real ZoneManager over this switch."""
-    return {'zoning_mode': {'v': 'fabric'},
-            'zone_driver': {'v': ZONE_DRIVER, 'g': ZM_GROUP},
-            'fc_san_lookup_service': {'v': LOOKUP_SERVICE, 'g': ZM_GROUP},
-            'emulated_fabric_db': {'v': fabric_db_path, 'g': ZM_GROUP}}
-
-
-class FabricState(object):
-    """Read and poke the emulated fabric's database (tests)."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def zones(self):
-        with fabric_db(self.path) as conn:
-            return set(conn.execute('SELECT initiator, target FROM zones'))
-
-    def zoned_initiators(self):
-        return {i for i, _t in self.zones()}
-
-    def events(self, op=None, source=None, since=0):
-        query = 'SELECT id, source, host, op, detail FROM events WHERE id > ?'
-        args = [since]
-        if op:
-            query += ' AND op = ?'
-            args.append(op)
-        if source:
-            query += ' AND source = ?'
-            args.append(source)
-        with fabric_db(self.path) as conn:
-            return [{'id': i, 'source': s, 'host': h, 'op': o,
-                     **json.loads(d or '{}')}
-                    for i, s, h, o, d in conn.execute(query + ' ORDER BY id',
-                                                      args)]
-
-    def last_event_id(self):
-        with fabric_db(self.path) as conn:
-            return conn.execute('SELECT COALESCE(MAX(id), 0) FROM '
-                                'events').fetchone()[0]
-
-    def inject_fault(self, op, count=1):
-        """Make the switch's next *count* calls of *op* fail."""
-        with fabric_db(self.path) as conn:
-            conn.execute('INSERT OR REPLACE INTO faults VALUES (?, ?)',
-                         (op, count))
-
-    def devices(self, host=None):
-        with fabric_db(self.path) as conn:
-            rows = conn.execute(
-                'SELECT host, name, host_no, target, lun, volume, loop, '
-                'state FROM devices' + (' WHERE host = ?' if host else ''),
-                (host,) if host else ()).fetchall()
-        keys = ('host', 'name', 'host_no', 'target', 'lun', 'volume', 'loop',
-                'state')
-        return [dict(zip(keys, r)) for r in rows]
-
-
-# -- the emulated hosts' kernel ----------------------------------------------
 
 def _hba_dir(root, hba):
     return os.path.join(root, 'sys', 'devices', 'pci0000:00', '0000:00:03.0',
@@ -368,28 +133,6 @@ def build_host_tree(fabric_dir, host, hbas):
     return root
 
 
-def split_scan_writes(data):
-    """``"c t l"`` triples of the writes a ``scan`` FIFO has buffered.
-
-    sysfs sees one store per write(); a FIFO does not keep write
-    boundaries, and os-brick writes ``"0 0 1"`` without a newline, so two
-    writes read at once look like ``"0 0 10 1 1"``.  An emulated HBA has
-    one channel, written as one character (``0``, or ``-`` in a wildcard
-    scan), so a merged token is the LUN followed by that character.
-    """
-    triples = []
-    for line in data.splitlines():
-        words = line.split()
-        while len(words) >= 3:
-            if len(words) == 3:
-                triples.append(words)
-                break
-            merged = words[2]
-            triples.append(words[:2] + [merged[:-1]])
-            words = [merged[-1]] + words[3:]
-    return triples
-
-
 # Block major 240 is reserved for local/experimental use and unregistered
 # here: opening a node with it fails with ENXIO, as an offline disk would.
 OFFLINE_RDEV = os.makedev(240, 0)
@@ -408,7 +151,7 @@ class FabricKernel(object):
     def __init__(self, fabric_dir):
         self.dir = fabric_dir
         self.db = os.path.join(fabric_dir, 'fabric.sqlite')
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             config = dict(conn.execute('SELECT key, value FROM config'))
         self.array = sqlite_array.SqliteArray(config['array_db'],
                                               timeout=0.2)
@@ -438,7 +181,7 @@ class FabricKernel(object):
                                       'FROM hbas')]
 
     def refresh_watches(self):
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             hbas = self._hbas(conn)
             devices = conn.execute("SELECT host, name FROM devices WHERE "
                                    "state != 'deleted'").fetchall()
@@ -471,11 +214,11 @@ class FabricKernel(object):
     # -- sysfs writes --------------------------------------------------------
 
     def handle(self, kind, host, key, data):
-        with fabric_db(self.db) as conn:
-            record(conn, 'kernel', 'write', host, file=kind, key=key,
-                   data=data)
+        with fakes.fabric_db(self.db) as conn:
+            fakes.record(conn, 'kernel', 'write', host, file=kind, key=key,
+                         data=data)
         if kind == 'scan':
-            for words in split_scan_writes(data):
+            for words in fakes.split_scan_writes(data):
                 self.scan(host, key, words)
         elif kind == 'delete' and '1' in data:
             self.delete(host, key, 'delete')
@@ -484,7 +227,7 @@ class FabricKernel(object):
         if len(words) != 3:
             return
         channel, tid, lun = words
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             hba = next(h for h in self._hbas(conn) if h['host_no'] == host_no)
             targets = self._target_ids(conn)
         wanted = [t for t, i in targets.items() if tid in ('-', str(i))]
@@ -511,7 +254,7 @@ class FabricKernel(object):
             volume, why = None, 'array unavailable: %s' % err
         else:
             why = 'LUN not masked to this initiator'
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             zoned = self._zoned(conn, hba['wwpn'], target)
             if volume and not zoned:
                 why = 'initiator not zoned with target'
@@ -520,8 +263,8 @@ class FabricKernel(object):
                 'host_no = ? AND target = ? AND lun = ? AND state != '
                 "'deleted'", (host, hba['host_no'], target, lun)).fetchone()
             if not (volume and zoned):
-                record(conn, 'kernel', 'scan-nothing', host, target=target,
-                       lun=lun, why=why)
+                fakes.record(conn, 'kernel', 'scan-nothing', host,
+                             target=target, lun=lun, why=why)
                 return
             if existing and existing[1] == 'running' and (
                     existing[2] == volume):
@@ -537,7 +280,7 @@ class FabricKernel(object):
                               check=True, capture_output=True,
                               text=True).stdout.strip()
         rdev = os.stat(loop).st_rdev
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             used = {r[0] for r in conn.execute(
                 "SELECT name FROM devices WHERE host = ? AND state != "
                 "'deleted'", (host,))}
@@ -568,12 +311,12 @@ class FabricKernel(object):
             if os.path.lexists(link):
                 os.unlink(link)
             os.symlink('../../' + name, link)
-            record(conn, 'kernel', 'device-added', host, device=name,
-                   target=target, lun=lun, volume=volume, loop=loop)
+            fakes.record(conn, 'kernel', 'device-added', host, device=name,
+                         target=target, lun=lun, volume=volume, loop=loop)
 
     def delete(self, host, name, why):
         root = host_root(self.dir, host)
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             row = conn.execute('SELECT loop, backing, state FROM devices '
                                'WHERE host = ? AND name = ?',
                                (host, name)).fetchone()
@@ -595,14 +338,14 @@ class FabricKernel(object):
                 detach_loop(row[0], row[1])
             conn.execute("UPDATE devices SET state = 'deleted' WHERE host = ? "
                          "AND name = ?", (host, name))
-            record(conn, 'kernel', 'device-deleted', host, device=name,
-                   why=why)
+            fakes.record(conn, 'kernel', 'device-deleted', host, device=name,
+                         why=why)
 
     # -- zones and masking changing under live devices ---------------------
 
     def reconcile(self):
         """fc_transport follows zones; a device whose path is gone fails."""
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             hbas = self._hbas(conn)
             targets = self._target_ids(conn)
             zones = set(conn.execute('SELECT initiator, target FROM zones'))
@@ -644,18 +387,18 @@ class FabricKernel(object):
             with open(os.path.join(root, 'sys', 'block', name, 'device',
                                    'state'), 'w') as f:
                 f.write('transport-offline\n')
-            with fabric_db(self.db) as conn:
+            with fakes.fabric_db(self.db) as conn:
                 conn.execute("UPDATE devices SET state = 'offline' WHERE "
                              "host = ? AND name = ?", (host, name))
-                record(conn, 'kernel', 'path-lost', host, device=name,
-                       masked=masked, zoned=zoned)
+                fakes.record(conn, 'kernel', 'path-lost', host, device=name,
+                             masked=masked, zoned=zoned)
 
     # -- main loop ---------------------------------------------------------
 
     def run(self):
         signal.signal(signal.SIGTERM, self._stop)
-        with fabric_db(self.db) as conn:
-            record(conn, 'kernel', 'started', pid=os.getpid())
+        with fakes.fabric_db(self.db) as conn:
+            fakes.record(conn, 'kernel', 'started', pid=os.getpid())
         while not self.stopping:
             try:
                 self.refresh_watches()
@@ -672,9 +415,9 @@ class FabricKernel(object):
                     self.handle(kind, host, key, data)
                 self.reconcile()
             except Exception:
-                with fabric_db(self.db) as conn:
-                    record(conn, 'kernel', 'error',
-                           traceback=traceback.format_exc())
+                with fakes.fabric_db(self.db) as conn:
+                    fakes.record(conn, 'kernel', 'error',
+                                 traceback=traceback.format_exc())
                 time.sleep(self.TICK)
         self.shutdown()
 
@@ -683,7 +426,7 @@ class FabricKernel(object):
 
     def shutdown(self):
         """Detach every loop device this kernel attached."""
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             rows = conn.execute("SELECT loop, backing FROM devices WHERE "
                                 "state = 'running'").fetchall()
             conn.execute("UPDATE devices SET state = 'offline' WHERE "
@@ -1015,15 +758,15 @@ class EmulatedFabric(fixtures.Fixture):
         super(EmulatedFabric, self).__init__()
         self.array_db = array_db
         self.volumes_dir = volumes_dir
-        self.target_wwpns = _wwpns(target_wwpns)
+        self.target_wwpns = fakes.normalize_wwpns(target_wwpns)
         self.hosts = {}
 
     def _setUp(self):
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.db = os.path.join(self.dir, 'fabric.sqlite')
-        self.state = FabricState(self.db)
-        create_fabric_db(self.db, self.array_db, self.volumes_dir,
-                         self.target_wwpns)
+        self.state = fakes.FabricState(self.db)
+        fakes.create_fabric_db(self.db, self.array_db, self.volumes_dir,
+                               self.target_wwpns)
         # Cleanups run last-in first-out: stop the kernel, then make sure
         # no loop device of ours is left.
         self.addCleanup(self._detach_leftover_loops)
@@ -1046,7 +789,7 @@ class EmulatedFabric(fixtures.Fixture):
                 self.kernel.wait(timeout=5)
 
     def _detach_leftover_loops(self):
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             rows = conn.execute('SELECT loop, backing FROM devices').fetchall()
         for loop, backing in rows:
             detach_loop(loop, backing)
@@ -1072,7 +815,7 @@ class EmulatedFabric(fixtures.Fixture):
     def add_host(self, name, n_hbas=1):
         """A host whose HBAs log in to the fabric."""
         digest = hashlib.sha256(name.encode()).hexdigest()
-        with fabric_db(self.db) as conn:
+        with fakes.fabric_db(self.db) as conn:
             next_no = conn.execute('SELECT COALESCE(MAX(host_no), 4) + 1 '
                                    'FROM hbas').fetchone()[0]
             hbas = []

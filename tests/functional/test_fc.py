@@ -22,10 +22,8 @@ file, tooz backend, array and zone manager), so the flow's os-brick
 disconnect acts on that host's devices.
 """
 
-import contextlib
 import os
 import socket
-import sqlite3
 
 from cinder import exception as cinder_exception
 from cinder.tests.functional.api import client
@@ -38,6 +36,7 @@ from oslo_config import cfg
 from cinder_forcedetach.drivers import fc  # noqa: F401
 from cinder_forcedetach import exception
 from cinder_forcedetach.flows import force_detach as flow
+from tests import fakes
 from tests.functional import base
 from tests.functional import fc_fabric
 
@@ -75,7 +74,7 @@ class CinderFCTestCase(base.CinderServicesTestCase):
         f['forcedetach_fc_array_timeout'] = {'v': ARRAY_TIMEOUT,
                                              'g': BACKEND}
         f['forcedetach_device_scan_attempts'] = {'v': 2, 'g': BACKEND}
-        f.update(fc_fabric.zoning_flags(self.fabric.db))
+        f.update(fakes.zoning_flags(self.fabric.db))
         return f
 
     # -- Cinder ------------------------------------------------------------
@@ -147,9 +146,9 @@ class CinderFCTestCase(base.CinderServicesTestCase):
             'database': {'connection': CONF.database.connection},
             'coordination': {'backend_url': CONF.coordination.backend_url},
             'oslo_concurrency': {'lock_path': CONF.oslo_concurrency.lock_path},
-            fc_fabric.ZM_GROUP: {
-                'zone_driver': fc_fabric.ZONE_DRIVER,
-                'fc_san_lookup_service': fc_fabric.LOOKUP_SERVICE,
+            fakes.ZM_GROUP: {
+                'zone_driver': fakes.ZONE_DRIVER,
+                'fc_san_lookup_service': fakes.LOOKUP_SERVICE,
                 'emulated_fabric_db': self.fabric.db},
             BACKEND: {'forcedetach_volumes_dir': self.volumes_dir,
                       'forcedetach_fc_array_db': self.array_db,
@@ -306,7 +305,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
 
     def test_array_timeout_fails_naming_the_step(self):
         vol_id, att, _info, host, device = self.attached()
-        with _array_locked(self.array_db):
+        with fakes.array_locked(self.array_db):
             err = self.assertRaises(exception.ForceDetachFailed,
                                     self.driver.force_detach, self.ctxt,
                                     self.db_volume(vol_id))
@@ -369,7 +368,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
 
     def test_api_force_detach_array_timeout_is_an_error(self):
         vol_id, att, _info, host, device = self.attached()
-        with _array_locked(self.array_db):
+        with fakes.array_locked(self.array_db):
             self.assertRaises(client.OpenStackApiException,
                               self.force_detach_api, vol_id,
                               self.host_connector(host), att['id'])
@@ -384,15 +383,3 @@ class FCForceDetachTestCase(CinderFCTestCase):
         self.api.api_delete('/attachments/%s' % att['id'])
         self.wait_volume(vol_id, ('available',))
         self.assert_torn_down(vol_id, host)
-
-
-@contextlib.contextmanager
-def _array_locked(path):
-    """Another client holds the array's SQLite file locked."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute('BEGIN EXCLUSIVE')
-    try:
-        yield
-    finally:
-        conn.execute('ROLLBACK')
-        conn.close()

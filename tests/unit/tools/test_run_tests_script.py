@@ -1,3 +1,15 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
 """tools/run-tests.sh: its closing line and exit code hide nothing.
 
 Each test builds a tiny project (its own .stestr.conf, tests/unit and
@@ -17,8 +29,8 @@ import fixtures
 import testtools
 from testtools import content
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 SCRIPT = os.environ.get('RUN_TESTS_SCRIPT') or os.path.join(
     REPO, 'tools', 'run-tests.sh')
 

@@ -1,16 +1,27 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
 """LUN masking and zoning decisions of the Fibre Channel driver.
 
 The driver runs against the real SQLite reference array (a file per test,
 real transactions and locks) and Cinder's real ZoneManager and
 FCSanLookupService.  Only the switch behind them is a recording fake
-(:class:`tests.functional.fc_fabric.EmulatedSwitchZoneDriver` and its name
+(:class:`tests.functional.fakes.EmulatedSwitchZoneDriver` and its name
 server): no FC switch can exist on this machine.  Its zones are rows of a
 SQLite file that the assertions read.
 """
 
 import contextlib
 import os
-import sqlite3
 from unittest import mock
 import uuid
 
@@ -25,10 +36,11 @@ import ddt
 import fixtures
 
 from cinder_forcedetach.arrays import base as array_base
-from cinder_forcedetach.arrays import sqlite as sqlite_array
+# imported for its options (forcedetach_fc_array_db, ...)
+from cinder_forcedetach.arrays import sqlite  # noqa: F401
 from cinder_forcedetach.drivers import fc
 from cinder_forcedetach import opts
-from tests.functional import fc_fabric
+from tests import fakes
 
 BACKEND = configuration.SHARED_CONF_GROUP
 TARGETS = ['50:01:43:80:12:34:56:78', '0x5001438012345679']
@@ -50,18 +62,6 @@ def wwpns(label):
     return [w.lower() for w in HOSTS[label]]
 
 
-@contextlib.contextmanager
-def array_locked(path):
-    """Another client holds the array (its SQLite file) locked."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute('BEGIN EXCLUSIVE')
-    try:
-        yield
-    finally:
-        conn.execute('ROLLBACK')
-        conn.close()
-
-
 class FCTestCase(test.TestCase):
     """A driver on a fresh array file, with zoning on the fake switch."""
 
@@ -71,11 +71,11 @@ class FCTestCase(test.TestCase):
         super(FCTestCase, self).setUp()
         tmp = self.useFixture(fixtures.TempDir()).path
         self.fabric_db = os.path.join(tmp, 'fabric.sqlite')
-        fc_fabric.create_fabric_db(self.fabric_db, target_wwpns=TARGETS)
-        fc_fabric.login_ports(self.fabric_db,
-                              [w for ws in HOSTS.values() for w in ws])
-        self.switch = fc_fabric.FabricState(self.fabric_db)
-        for name, flag in fc_fabric.zoning_flags(self.fabric_db).items():
+        fakes.create_fabric_db(self.fabric_db, target_wwpns=TARGETS)
+        fakes.login_ports(self.fabric_db,
+                          [w for ws in HOSTS.values() for w in ws])
+        self.switch = fakes.FabricState(self.fabric_db)
+        for name, flag in fakes.zoning_flags(self.fabric_db).items():
             self.override_config(name, flag['v'], flag.get('g'))
         for name, value in (
                 ('forcedetach_volumes_dir', os.path.join(tmp, 'volumes')),
@@ -172,7 +172,7 @@ class MaskingAndZoningTestCase(FCTestCase):
     def test_zones_of_a_dead_host_are_removed(self):
         """A dead host's HBAs left the name server; its zones still go."""
         self.attach('v1', 'A')
-        fc_fabric.login_ports(self.fabric_db, HOSTS['A'], online=False)
+        fakes.login_ports(self.fabric_db, HOSTS['A'], online=False)
         self.driver.revoke_host_access(self.volume('v1'), connector('A'))
         self.assertEqual(({}, set()), (self.maps(), self.switch.zones()))
 
@@ -204,7 +204,7 @@ class FailureTestCase(FCTestCase):
         self.attach('v1', 'B')
         before = self.state()
         conn = None if host is None else connector(host)
-        with array_locked(self.array.path):
+        with fakes.array_locked(self.array.path):
             err = self.assertRaises(array_base.ArrayTimeout,
                                     self.driver.revoke_host_access,
                                     self.volume(vol), conn)
@@ -239,7 +239,7 @@ class FailureTestCase(FCTestCase):
 
         def unmap_then_lock(*args, **kwargs):
             remaining = real_unmap(*args, **kwargs)
-            lock.enter_context(array_locked(self.array.path))
+            lock.enter_context(fakes.array_locked(self.array.path))
             return remaining
 
         conn = None if host is None else connector(host)
@@ -284,7 +284,7 @@ class ConnectionTestCase(FCTestCase):
         self.assertNotEqual(lun, self.attach('v2', 'B')['data']['target_lun'])
 
     def test_lookup_service_limits_the_map_to_logged_in_ports(self):
-        fc_fabric.login_ports(self.fabric_db, [HOSTS['B'][1]], online=False)
+        fakes.login_ports(self.fabric_db, [HOSTS['B'][1]], online=False)
         info = self.attach('v1', 'B')
         self.assertEqual({wwpns('B')[0]: PORTS},
                          info['data']['initiator_target_map'])
@@ -382,120 +382,3 @@ class SetupTestCase(FCTestCase):
             self.assertIn(opt.dest, listed)
         self.assertIn('forcedetach_fc_array_db', listed)
         self.assertIn('forcedetach_volumes_dir', listed)
-
-
-@ddt.ddt
-class SqliteArrayTestCase(test.TestCase):
-    """The reference array on its own: idempotence and failure modes."""
-
-    def setUp(self):
-        super(SqliteArrayTestCase, self).setUp()
-        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
-                            'sub', 'array.db')
-        self.array = sqlite_array.SqliteArray(path, timeout=TIMEOUT,
-                                              target_ports=TARGETS)
-        self.array.setup()
-        self.array.setup()  # idempotent
-
-    def test_ports(self):
-        self.assertEqual(PORTS, self.array.target_ports())
-
-    def test_hosts(self):
-        self.assertEqual('h', self.array.ensure_host('h', wwpns('B')[:1]))
-        # A connector with one more HBA extends the same host.
-        self.assertEqual('h', self.array.ensure_host('other', wwpns('B')))
-        self.assertEqual(wwpns('B'), self.array.host_wwpns('h'))
-        # Same name, other WWPNs: another host.
-        self.assertEqual('h-1', self.array.ensure_host('h', wwpns('A')))
-        self.assertRaises(array_base.HostConflict, self.array.find_host,
-                          wwpns('A') + wwpns('B'))
-        self.assertIsNone(self.array.find_host(wwpns('C')))
-        self.assertEqual([], self.array.host_wwpns('nope'))
-
-    def test_map_unmap_idempotent(self):
-        self.array.ensure_host('a', wwpns('A'))
-        self.array.ensure_host('b', wwpns('B'))
-        self.assertEqual(1, self.array.map_volume('v1', 'a'))
-        self.assertEqual(1, self.array.map_volume('v1', 'a'))
-        self.assertEqual(2, self.array.map_volume('v2', 'a'))
-        self.assertEqual(1, self.array.map_volume('v1', 'b'))
-        self.assertEqual(['b'], self.array.unmap_volume('v1', 'a'))
-        self.assertEqual(['b'], self.array.unmap_volume('v1', 'a'))
-        self.assertEqual(['b'], self.array.unmap_volume('v1', 'nope'))
-        self.assertEqual([], self.array.unmap_volume('v1'))
-        self.assertEqual([], self.array.unmap_volume('v1'))
-        self.assertEqual({'v2': 2}, self.array.luns_of_host('a'))
-        # The freed LUN id is reused.
-        self.assertEqual(1, self.array.map_volume('v3', 'a'))
-        self.assertRaises(array_base.ArrayError, self.array.map_volume,
-                          'v1', 'nope')
-
-    def test_delete_host(self):
-        self.array.ensure_host('a', wwpns('A'))
-        self.array.map_volume('v1', 'a')
-        self.assertRaises(array_base.HostBusy, self.array.delete_host, 'a')
-        self.array.unmap_volume('v1')
-        self.array.delete_host('a')
-        self.array.delete_host('a')
-        self.assertIsNone(self.array.find_host(wwpns('A')))
-
-    def test_busy_host(self):
-        self.array.ensure_host('a', wwpns('A'))
-        self.array.map_volume('v1', 'a')
-        self.array.set_host_busy('a', 'held by session 7')
-        before = self.array.dump()
-        for call in (lambda: self.array.unmap_volume('v1', 'a'),
-                     lambda: self.array.unmap_volume('v1'),
-                     lambda: self.array.map_volume('v2', 'a')):
-            err = self.assertRaises(array_base.HostBusy, call)
-            self.assertIn('held by session 7', str(err))
-        self.assertEqual(before, self.array.dump())
-        # Already unmapped is a success even on a busy host.
-        self.assertEqual([], self.array.unmap_volume('v9', 'a'))
-
-    @ddt.data('target_ports', 'dump')
-    def test_timeout_on_reads(self, method):
-        with array_locked(self.array.path):
-            self.assertRaises(array_base.ArrayTimeout,
-                              getattr(self.array, method))
-
-    def test_timeout_on_writes_changes_nothing(self):
-        self.array.ensure_host('a', wwpns('A'))
-        self.array.map_volume('v1', 'a')
-        before = self.array.dump()
-        conn = sqlite3.connect(self.array.path, isolation_level=None)
-        conn.execute('BEGIN IMMEDIATE')  # a writer, readers still allowed
-        try:
-            self.assertRaises(array_base.ArrayTimeout,
-                              self.array.unmap_volume, 'v1')
-            self.assertEqual(before, self.array.dump())
-        finally:
-            conn.execute('ROLLBACK')
-            conn.close()
-
-    @ddt.unpack
-    @ddt.data(('50:01:43:80:12:34:56:78', '5001438012345678'),
-              ('0X500143801234567A', '500143801234567a'),
-              (' 5001438012345678 ', '5001438012345678'))
-    def test_normalize_wwpn(self, raw, expected):
-        self.assertEqual(expected, array_base.normalize_wwpn(raw))
-
-    @ddt.data('', '50014380123456', '5001438012345678aa', 'g001438012345678',
-              '0000000000000000', 5001438012345678, None)
-    def test_normalize_wwpn_refuses(self, raw):
-        self.assertRaises(ValueError, array_base.normalize_wwpn, raw)
-
-
-@ddt.ddt
-class EmulatedScanWritesTestCase(test.TestCase):
-    """The emulated kernel splits scan writes a FIFO has merged."""
-
-    @ddt.unpack
-    @ddt.data(('0 0 1', [['0', '0', '1']]),
-              ('0 0 10 1 1', [['0', '0', '1'], ['0', '1', '1']]),
-              ('0 0 120 1 12', [['0', '0', '12'], ['0', '1', '12']]),
-              ('- - 3- - 4', [['-', '-', '3'], ['-', '-', '4']]),
-              ('0 0 1\n0 1 1\n', [['0', '0', '1'], ['0', '1', '1']]),
-              ('', []), ('0 0', []))
-    def test_split(self, data, expected):
-        self.assertEqual(expected, fc_fabric.split_scan_writes(data))

@@ -1,0 +1,62 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Which attachment rows are live, whose host they are, how they are logged."""
+
+import types
+
+import ddt
+import testtools
+
+from cinder_forcedetach import attachments
+
+A = {'host': 'compute1', 'initiator': 'iqn.a', 'wwpns': ['50014380186af83c']}
+B = {'host': 'compute2', 'initiator': 'iqn.b', 'wwpns': ['50014380186af83e']}
+
+
+def att(att_id, connector, status='attached'):
+    return types.SimpleNamespace(id=att_id, connector=connector,
+                                 attach_status=status)
+
+
+@ddt.ddt
+class AttachmentsTestCase(testtools.TestCase):
+
+    @ddt.unpack
+    @ddt.data(
+        (A, dict(A), True),
+        (A, {'host': 'other', 'initiator': 'iqn.a'}, True),
+        (A, {'host': 'compute1'}, True),
+        (A, {'wwpns': ['50014380186af83c']}, True),
+        (A, B, False),
+        (None, A, False),
+        ({}, A, False),
+    )
+    def test_same_host(self, attachment_connector, connector, expected):
+        self.assertEqual(expected, attachments.same_host(
+            attachment_connector, connector))
+
+    @ddt.data('attached', 'attaching', 'reserved', 'error_detaching',
+              'error_attaching')
+    def test_live(self, status):
+        self.assertTrue(attachments.is_live(att('1', A, status)))
+
+    @ddt.data('detached', 'deleted')
+    def test_ended(self, status):
+        self.assertFalse(attachments.is_live(att('1', A, status)))
+
+    def test_attachments_are_logged_by_id_only(self):
+        secret = dict(A, auth_password='s3cret')
+        shown = repr(attachments.Attachments([att('1', secret), att('2', B)]))
+        self.assertEqual('Attachments(1, 2)', shown)
+        self.assertNotIn('s3cret',
+                         str(attachments.Attachments([att('1', secret)])))
