@@ -62,8 +62,8 @@ import fixtures  # noqa: E402
 
 from benchmarks import _upstream_tgt_driver  # noqa: E402
 from cinder_forcedetach.drivers import iscsi  # noqa: E402
+from tests import fakes  # noqa: E402
 from tests.functional import base  # noqa: E402
-from tests.functional import fixtures as fd_fixtures  # noqa: E402
 
 LOCK_PATH = '/tmp/coord/tgtd-port0.lock'
 TGT_CONF_D = '/etc/tgt/conf.d'
@@ -125,7 +125,7 @@ class ApiForceDetachBenchmark(base.CinderTgtTestCase):
         # The harness's tgtd, on control port 0: upstream's tgt-admin and
         # tgtadm calls have no -C; ours gets forcedetach_tgt_control_port=0.
         self.useFixture(fixtures.MockPatchObject(
-            fd_fixtures, '_free_control_port', lambda: 0))
+            fakes, 'free_tgtd_control_port', lambda: 0))
         super(ApiForceDetachBenchmark, self).setUp()
 
     def _get_flags(self):

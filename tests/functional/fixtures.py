@@ -7,7 +7,6 @@ secret file so it never appears on a command line.
 """
 
 import os
-import random
 import select
 import signal
 import socket
@@ -17,22 +16,13 @@ import time
 
 import fixtures
 
-TGTD_SOCKET_DIR = '/var/run/tgtd'
+from tests import fakes
+
+TGTD_SOCKET_DIR = fakes.TGTD_SOCKET_DIR
 
 
-def free_tcp_port(host='127.0.0.1'):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _free_control_port():
-    for _ in range(100):
-        port = random.randint(100, 9999)
-        if not os.path.exists(os.path.join(TGTD_SOCKET_DIR,
-                                           'socket.%d' % port)):
-            return port
-    raise RuntimeError('no free tgtd control port')
+# Kept for callers that have not switched to tests.fakes yet.
+free_tcp_port = fakes.free_tcp_port
 
 
 def _wait(predicate, timeout, what):
@@ -48,8 +38,8 @@ class Tgtd(object):
     """One tgtd on 127.0.0.1, with its own control port and iSCSI port."""
 
     def __init__(self, log_dir):
-        self.control_port = _free_control_port()
-        self.port = free_tcp_port()
+        self.control_port = fakes.free_tgtd_control_port()
+        self.port = fakes.free_tcp_port()
         self.log_path = os.path.join(log_dir, 'tgtd-%d.log' % self.port)
         self.proc = None
 

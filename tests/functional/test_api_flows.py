@@ -15,8 +15,8 @@ tests:
   ``X-Service-Roles`` header, which is what keystonemiddleware sets after
   validating a service token (this API runs with ``noauth``).
 * :class:`ImageServer` serves image files over HTTP (with byte ranges, as
-  qemu-img's curl driver needs), and :class:`LocalImageService` is plugged
-  in where Cinder looks up its image service
+  qemu-img's curl driver needs), and :class:`tests.fakes.FakeImageService`
+  on it is plugged in where Cinder looks up its image service
   (``cinder.image.glance.get_default_image_service``, which
   ``get_remote_image_service`` also uses for plain image ids).  Patching
   that lookup is the one substitution: Glance cannot run here.  Its
@@ -53,6 +53,7 @@ import cinder.privsep
 import fixtures
 
 from cinder_forcedetach.cmd import manage
+from tests import fakes
 from tests.functional import base
 
 SERVICE = {'X-Service-Roles': 'service'}
@@ -266,63 +267,6 @@ class ImageServer(_Server):
         super(ImageServer, self).__init__()
 
 
-class LocalImageService(object):
-    """The part of Cinder's GlanceImageService that reimage uses.
-
-    Images are files served by :class:`ImageServer`; ``get_location``
-    hands out their HTTP URL like Glance's ``show_multiple_locations``.
-    """
-
-    def __init__(self, image_server):
-        self.server = image_server
-        self.images = {}
-        self.temp_images = None     # image_utils.TemporaryImages sets it
-
-    def add(self, name, path, disk_format, declare_virtual_size=True):
-        image_id = str(uuid.uuid4())
-        dest = os.path.join(self.server.directory, image_id)
-        shutil.copyfile(path, dest)
-        info = json.loads(subprocess.run(
-            ['qemu-img', 'info', '--output=json', '-f',
-             {'qcow2': 'qcow2'}.get(disk_format, 'raw'), dest],
-            check=True, capture_output=True, text=True).stdout)
-        meta = {'id': image_id, 'name': name, 'status': 'active',
-                'disk_format': disk_format, 'container_format': 'bare',
-                'size': os.path.getsize(dest), 'min_disk': 0, 'min_ram': 0,
-                'owner': None, 'visibility': 'public', 'protected': False,
-                'checksum': None, 'properties': {},
-                'created_at': None, 'updated_at': None, 'deleted': False}
-        if declare_virtual_size:
-            meta['virtual_size'] = info['virtual-size']
-        self.images[image_id] = meta
-        return image_id
-
-    def url(self, image_id):
-        return '%s/%s' % (self.server.url, image_id)
-
-    def show(self, context, image_id):
-        from cinder import exception
-        if image_id not in self.images:
-            raise exception.ImageNotFound(image_id=image_id)
-        return dict(self.images[image_id])
-
-    def get_location(self, context, image_id):
-        url = self.url(image_id)
-        return url, [{'url': url, 'metadata': {}}]
-
-    def _chunks(self, image_id):
-        with open(os.path.join(self.server.directory, image_id), 'rb') as f:
-            for chunk in iter(lambda: f.read(MiB), b''):
-                yield chunk
-
-    def download(self, context, image_id, data=None):
-        """Like Glance's: the chunks, or written into *data*."""
-        if data is None:
-            return self._chunks(image_id)
-        for chunk in self._chunks(image_id):
-            data.write(chunk)
-
-
 def make_image(directory, name, pattern, virtual_size, fmt='qcow2',
                data_length=MiB):
     """An image whose first *data_length* bytes are *pattern*."""
@@ -354,7 +298,7 @@ class ApiFlowTestCase(base.CinderTgtTestCase):
         self.addCleanup(shutil.rmtree, self.image_dir, True)
         self.image_server = ImageServer(self.image_dir)
         self.addCleanup(self.image_server.stop)
-        self.images = LocalImageService(self.image_server)
+        self.images = self.image_service()
         # Must be patched before the API service is built: its volume API
         # object keeps the image service it gets at start.
         self.useFixture(fixtures.MonkeyPatch(
@@ -365,6 +309,16 @@ class ApiFlowTestCase(base.CinderTgtTestCase):
         cinder.privsep.sys_admin_pctxt.set_client_mode(False)
         self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode, True)
         super(ApiFlowTestCase, self).setUp()
+
+    def image_service(self):
+        """Glance: images are files served by :attr:`image_server`."""
+        return fakes.FakeImageService(server=self.image_server,
+                                      declare_virtual_size=True)
+
+    def add_image(self, name, path, disk_format, **kwargs):
+        """A copy of *path* as a new image; returns its id."""
+        return self.images.add(path=path, disk_format=disk_format, name=name,
+                               **kwargs)
 
     def _get_flags(self):
         f = super(ApiFlowTestCase, self)._get_flags()
@@ -694,7 +648,7 @@ class ReimageTestCase(ApiFlowTestCase):
     def setUp(self):
         super(ReimageTestCase, self).setUp()
         work = self.useFixture(fixtures.TempDir()).path
-        self.new_image = self.images.add(
+        self.new_image = self.add_image(
             'new', make_image(work, 'new', 0xb7, 64 * MiB), 'qcow2')
 
     def rebuild_until_reimage(self, image_id):
@@ -748,8 +702,8 @@ class ReimageTestCase(ApiFlowTestCase):
     def test_too_large_image_puts_volume_in_error(self):
         # Glance may not know the virtual size; the driver checks it.
         work = self.useFixture(fixtures.TempDir()).path
-        big = self.images.add('big', make_image(work, 'big', 0xc3, 2 * GiB),
-                              'qcow2', declare_virtual_size=False)
+        big = self.add_image('big', make_image(work, 'big', 0xc3, 2 * GiB),
+                             'qcow2', declare_virtual_size=False)
         vol_id, _old, new_att, _inst = self.rebuild_until_reimage(big)
 
         vol = self.wait_volume(vol_id, ('error', 'reserved'))
@@ -763,7 +717,7 @@ class ReimageTestCase(ApiFlowTestCase):
         self.assertEqual([], self.nova.events)
 
     def test_failing_copy_puts_volume_in_error(self):
-        broken = self.images.add(
+        broken = self.add_image(
             'broken', make_image(self.image_dir, 'b', 0xd4, 64 * MiB),
             'qcow2')
         with open(os.path.join(self.image_dir, broken), 'r+b') as f:

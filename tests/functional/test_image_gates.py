@@ -16,42 +16,13 @@ import subprocess
 
 import fixtures
 
+from tests import fakes
 from tests.functional import test_api_flows
 
 MiB = 1 << 20
 GiB = 1 << 30
 SECRET = b'[database]\nconnection = mysql://cinder:HOST-SECRET@db/cinder\n'
 OLD = b'OLD-VOLUME-DATA!'
-
-
-class GlanceLikeImageService(test_api_flows.LocalImageService):
-    """The test image service with Glance's own ``download()``.
-
-    ``get_location`` returns a per-image override (``self.locations``) or
-    the HTTP URL; ``download`` is upstream's code, whose data request
-    (``self._client.call(context, 'data', id)``) returns the served file.
-    """
-
-    def __init__(self, image_server):
-        super(GlanceLikeImageService, self).__init__(image_server)
-        self.locations = {}
-        self.temp_images = None
-        self._client = self
-
-    def call(self, context, method, image_id, **kwargs):
-        assert method == 'data', method
-        with open(os.path.join(self.server.directory, image_id), 'rb') as f:
-            return iter(list(iter(lambda: f.read(MiB), b'')))
-
-    def get_location(self, context, image_id):
-        url = self.locations.get(image_id) or self.url(image_id)
-        return url, [{'url': url, 'metadata': {}}]
-
-    def download(self, context, image_id, data=None):
-        # imported here: cinder.image.glance imported first is circular
-        from cinder.image import glance
-        return glance.GlanceImageService.download(self, context, image_id,
-                                                  data)
 
 
 def run(*cmd):
@@ -61,9 +32,6 @@ def run(*cmd):
 class ImageGatesTestCase(test_api_flows.ApiFlowTestCase):
 
     def setUp(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'tests.functional.test_api_flows.LocalImageService',
-            GlanceLikeImageService))
         super(ImageGatesTestCase, self).setUp()
         self.log = self.useFixture(fixtures.FakeLogger())
         self.work = self.useFixture(fixtures.TempDir()).path
@@ -75,9 +43,21 @@ class ImageGatesTestCase(test_api_flows.ApiFlowTestCase):
     def path(self, name):
         return os.path.join(self.work, name)
 
+    def image_service(self):
+        """The test image service with Glance's own ``download()``.
+
+        ``get_location`` returns a per-image override
+        (``self.images.locations``) or the HTTP URL; ``download`` is
+        upstream's code, whose data request (``self._client.call(context,
+        'data', id)``) returns the served file.
+        """
+        return fakes.FakeImageService(server=self.image_server,
+                                      declare_virtual_size=True,
+                                      glance_download=True)
+
     def add(self, path, disk_format, **kwargs):
-        return self.images.add(os.path.basename(path), path, disk_format,
-                               **kwargs)
+        return self.add_image(os.path.basename(path), path, disk_format,
+                              **kwargs)
 
     # -- the two ways an image reaches a volume ------------------------------
 

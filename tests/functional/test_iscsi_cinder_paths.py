@@ -19,6 +19,7 @@ from cinder.tests.functional.api import client
 import fixtures
 from oslo_utils import units
 
+from tests import fakes
 from tests.functional import base
 
 
@@ -176,46 +177,6 @@ class LocalHostDisconnectTestCase(base.CinderTgtTestCase):
         self.assertIsNone(self.target_state(vol['id']))
 
 
-class FileImageService(object):
-    """An image service over local files (Glance cannot run here).
-
-    It answers like Cinder's GlanceImageService: ``show``, ``get_location``
-    (a ``file://`` direct URL when *with_location*) and ``download``.
-    """
-
-    def __init__(self, images, with_location=True):
-        self.images = images
-        self.with_location = with_location
-        self.downloads = 0
-        self.temp_images = None     # image_utils.TemporaryImages sets it
-
-    def show(self, context, image_id):
-        path, fmt = self.images[image_id]
-        return {'id': image_id, 'disk_format': fmt,
-                'size': os.path.getsize(path), 'status': 'active'}
-
-    def get_location(self, context, image_id):
-        if not self.with_location:
-            return None, None
-        return 'file://' + self.images[image_id][0], []
-
-    def _chunks(self, image_id):
-        with open(self.images[image_id][0], 'rb') as f:
-            while True:
-                chunk = f.read(units.Mi)
-                if not chunk:
-                    return
-                yield chunk
-
-    def download(self, context, image_id, data=None):
-        """Like Glance's: the chunks, or written into *data*."""
-        self.downloads += 1
-        if data is None:
-            return self._chunks(image_id)
-        for chunk in self._chunks(image_id):
-            data.write(chunk)
-
-
 class ReimageTestCase(base.CinderTgtTestCase):
 
     def make_image(self, fmt, size, pattern):
@@ -228,6 +189,12 @@ class ReimageTestCase(base.CinderTgtTestCase):
                        check=True, capture_output=True)
         return path
 
+    def image_service(self, image_id, path, fmt, with_location=True):
+        """Glance over one file (``file://`` location if *with_location*)."""
+        images = fakes.FakeImageService(file_locations=with_location)
+        images.add(image_id, path=path, disk_format=fmt)
+        return images
+
     def volume_head(self, volume, length=64 * 1024):
         with open(self.driver.local_path(volume), 'rb') as f:
             return f.read(length)
@@ -236,32 +203,31 @@ class ReimageTestCase(base.CinderTgtTestCase):
         # Was: qemu-img read the file:// location itself, without a
         # temporary file, bypassing Cinder's image checks (issue 8 item 2).
         volume = self.db_volume(self.create_volume()['id'])
-        images = FileImageService(
-            {'img': (self.make_image('qcow2', 16 * units.Mi, 0xa1),
-                     'qcow2')})
+        images = self.image_service(
+            'img', self.make_image('qcow2', 16 * units.Mi, 0xa1), 'qcow2')
         tmp = self.useFixture(fixtures.TempDir()).path
         self.flags(image_conversion_dir=tmp)
         self.driver.copy_image_to_volume(self.ctxt, volume, images, 'img')
         self.assertEqual(b'\xa1' * 65536, self.volume_head(volume))
-        self.assertEqual(1, images.downloads)
+        self.assertEqual(1, len(images.downloads))
         self.assertEqual([], os.listdir(tmp))     # temporary files removed
 
     def test_raw_streamed_from_download(self):
         volume = self.db_volume(self.create_volume()['id'])
-        images = FileImageService(
-            {'img': (self.make_image('raw', 8 * units.Mi, 0xb2), 'raw')},
+        images = self.image_service(
+            'img', self.make_image('raw', 8 * units.Mi, 0xb2), 'raw',
             with_location=False)
         self.driver.copy_image_to_volume(self.ctxt, volume, images, 'img')
         self.assertEqual(b'\xb2' * 65536, self.volume_head(volume))
-        self.assertEqual(1, images.downloads)
+        self.assertEqual(1, len(images.downloads))
 
     def test_image_larger_than_volume_is_refused_untouched(self):
         volume = self.db_volume(self.create_volume()['id'])
         with open(self.driver.local_path(volume), 'r+b') as f:
             f.write(b'\x77' * 65536)
         for fmt, location in (('qcow2', True), ('raw', False)):
-            images = FileImageService(
-                {'big': (self.make_image(fmt, 2 * units.Gi, 0xc3), fmt)},
+            images = self.image_service(
+                'big', self.make_image(fmt, 2 * units.Gi, 0xc3), fmt,
                 with_location=location)
             # upstream's check_virtual_size says ImageUnacceptable
             self.assertRaises((cinder_exception.ImageTooBig,
@@ -277,7 +243,7 @@ class ReimageTestCase(base.CinderTgtTestCase):
         subprocess.run(['qemu-img', 'create', '-f', 'qcow2', '-F', 'raw',
                         '-b', backing, overlay], check=True,
                        capture_output=True)
-        images = FileImageService({'ovl': (overlay, 'qcow2')})
+        images = self.image_service('ovl', overlay, 'qcow2')
         self.assertRaises(cinder_exception.ImageUnacceptable,
                           self.driver.copy_image_to_volume, self.ctxt,
                           volume, images, 'ovl')

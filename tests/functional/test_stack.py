@@ -16,11 +16,9 @@ monitor's address and no key in its connection_info, force-detaches, and
 
 import json
 import os
-import random
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +27,7 @@ import time
 import testtools
 
 from cinder_forcedetach.cmd import stack as stack_mod
+from tests import fakes
 from tests.functional import fixtures as fd_fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -37,30 +36,6 @@ STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
 RABBITMQ = '/usr/lib/rabbitmq/bin/rabbitmq-server'
 HOST = 'stack-compute1'
 INITIATOR = 'iqn.2026-11.org.cinder-forcedetach.test:' + HOST
-
-
-def _bindable(port):
-    with socket.socket() as s:
-        try:
-            s.bind(('127.0.0.1', port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_ports(count):
-    """*count* free ports P with P+1 free too, below the ephemeral range.
-
-    Not from the kernel's ephemeral range, where other tests' outgoing
-    connections (Ceph clients, initiators) could take a port between its
-    choice here and the stack's daemon binding it.
-    """
-    ports = []
-    while len(ports) < count:
-        port = random.randrange(20000, 32000, 2)
-        if port not in ports and _bindable(port) and _bindable(port + 1):
-            ports.append(port)
-    return ports
 
 
 def _venv_has_ceph():
@@ -79,27 +54,23 @@ def _running(pid):
         return False
 
 
-def _free_control_port():
-    for port in range(7300, 7400):
-        if not os.path.exists('/var/run/tgtd/socket.%d' % port):
-            return port
-    raise RuntimeError('no free tgtd control port')
-
-
 class StackSmokeTestCase(testtools.TestCase):
 
     def setUp(self):
         super(StackSmokeTestCase, self).setUp()
         self.state = tempfile.mkdtemp(prefix='cfd-stack-')
         self.env = dict(os.environ)
-        api, rabbit, epmd, iscsi, ceph = _free_ports(5)
+        # P and P+1 free, below the ephemeral range: other tests' outgoing
+        # connections cannot take them before the stack's daemons bind.
+        api, rabbit, epmd, iscsi, ceph = fakes.free_tcp_ports(
+            5, span=2, below_ephemeral=True)
         self.env.update({
             'STACK_DIR': self.state,
             'STACK_API_PORT': str(api),
             'STACK_RABBIT_PORT': str(rabbit),
             'STACK_EPMD_PORT': str(epmd),
             'STACK_ISCSI_PORT': str(iscsi),
-            'STACK_TGT_CONTROL_PORT': str(_free_control_port()),
+            'STACK_TGT_CONTROL_PORT': str(fakes.free_tgtd_control_port()),
             'STACK_CEPH_MON_PORT': str(ceph + 1),
         })
         self.with_ceph = _venv_has_ceph()
