@@ -52,17 +52,9 @@ token as ``X-Service-Token`` (its user needs one of Cinder's
 ``[keystone_authtoken] service_token_roles``); with noauth it sends the
 ``X-Service-Roles`` header that keystonemiddleware would have set.
 
-Exit codes (stable, for scripts):
-
-====  ======================================================================
-0     success
-1     usage error or bad input (bad JSON connector, HTTP 400, 401, 403)
-2     not found (volume, attachment: HTTP 404)
-3     conflict or wrong state (HTTP 409; HTTP 400 for an invalid volume
-      state)
-4     backend or server error (HTTP 5xx)
-5     endpoint unreachable (connection refused, timeout, no endpoint)
-====  ======================================================================
+Exit codes (stable, for scripts), see :mod:`.errors`: 0 success, 1 usage
+error or bad input (also HTTP 400/401/403), 2 not found, 3 conflict or
+wrong state, 4 backend or server error, 5 endpoint unreachable.
 
 ``attachment refresh`` and ``fence list|lift`` are not API calls: like
 ``cinder-manage`` they run on a volume host, read cinder.conf and ask the
