@@ -27,6 +27,7 @@ import shutil
 from cinder import exception
 from cinder.i18n import _
 from cinder.image import image_utils
+from cinder.volume import configuration
 from oslo_concurrency import processutils
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -36,6 +37,19 @@ from oslo_utils import units
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
+
+image_opts = [
+    cfg.ListOpt('forcedetach_image_formats',
+                default=['raw', 'qcow2', 'vmdk', 'vdi', 'vhd', 'vhdx'],
+                help='Image disk formats that copy_image_to_volume (and so '
+                     'reimage and create from image) accepts, on top of '
+                     'Cinder\'s own image checks, which every image passes: '
+                     'the format inspector (content must match the declared '
+                     'format), backing and data files, vmdk_allowed_types, '
+                     'image_conversion_disable.'),
+]
+
+CONF.register_opts(image_opts, group=configuration.SHARED_CONF_GROUP)
 
 #: Bytes of a raw stream inspected before anything is written.
 HEAD_BYTES = units.Mi

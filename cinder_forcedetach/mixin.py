@@ -28,6 +28,7 @@ from cinder import context as cinder_context
 from cinder import exception
 from cinder.i18n import _
 from cinder import objects
+from cinder.volume import configuration
 from cinder.volume import volume_utils
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -36,10 +37,25 @@ from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import image
-from cinder_forcedetach import opts
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
+
+force_detach_opts = [
+    cfg.BoolOpt('forcedetach_disconnect_local_host',
+                default=True,
+                help='When a volume being force-detached is attached to '
+                     'this volume host itself (image copy, backup, '
+                     'migration), disconnect it with os-brick (force, '
+                     'ignore errors) before the backend revokes access.'),
+    cfg.IntOpt('forcedetach_device_scan_attempts',
+               default=3, min=1,
+               help='device_scan_attempts handed to the os-brick connector '
+                    'that disconnects a local host connection.'),
+]
+
+CONF.register_opts(force_detach_opts,
+                   group=configuration.SHARED_CONF_GROUP)
 
 
 class ForceDetachMixin(object):
@@ -48,12 +64,17 @@ class ForceDetachMixin(object):
     def __init__(self, *args, **kwargs):
         super(ForceDetachMixin, self).__init__(*args, **kwargs)
         if getattr(self, 'configuration', None):
-            self.configuration.append_config_values(opts.force_detach_opts)
-            self.configuration.append_config_values(opts.image_opts)
+            self.configuration.append_config_values(force_detach_opts)
+            self.configuration.append_config_values(image.image_opts)
         # Cinder calls remove_export itself (detach, attachment delete,
         # volume delete): it runs under the volume's lock, as the flow's.
         self.remove_export_unlocked = self.remove_export
         self.remove_export = self._remove_export_locked
+
+    @staticmethod
+    def get_driver_options():
+        """The mixin's options; a driver adds its own."""
+        return force_detach_opts + image.image_opts
 
     # -- the public entry points ----------------------------------------
 

@@ -11,16 +11,22 @@ List :class:`~cinder_forcedetach.mixin.ForceDetachMixin` first::
 
 import os
 
+from cinder.volume import configuration
 from cinder.volume import driver
 from cinder.volume import volume_utils
+from oslo_config import cfg
 
-from cinder_forcedetach import opts
 from cinder_forcedetach.storage import files
 
-# The volume directory option, shared with the iSCSI driver (same Opt
-# object, so registering it for both drivers never conflicts).
-volume_file_opts = [opt for opt in opts.iscsi_opts
-                    if opt.dest == 'forcedetach_volumes_dir']
+volume_file_opts = [
+    cfg.StrOpt('forcedetach_volumes_dir',
+               default='$state_path/forcedetach-volumes',
+               help='Directory holding the sparse raw files that back '
+                    'volumes of the tgt iSCSI driver.'),
+]
+
+cfg.CONF.register_opts(volume_file_opts,
+                       group=configuration.SHARED_CONF_GROUP)
 
 
 class FileVolumeDriver(driver.VolumeDriver):

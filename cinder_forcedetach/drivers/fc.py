@@ -31,7 +31,6 @@ from cinder_forcedetach.arrays import base as array_base
 from cinder_forcedetach.arrays import sqlite as array_sqlite
 from cinder_forcedetach.drivers import common
 from cinder_forcedetach import mixin
-from cinder_forcedetach import opts
 
 LOG = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
     @staticmethod
     def get_driver_options():
-        return (opts.force_detach_opts + opts.image_opts +
+        return (mixin.ForceDetachMixin.get_driver_options() +
                 common.volume_file_opts + fc_opts)
 
     # -- setup ---------------------------------------------------------------

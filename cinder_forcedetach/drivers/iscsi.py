@@ -15,17 +15,32 @@ from cinder.common import constants
 from cinder import exception
 from cinder.i18n import _
 from cinder import interface
+from cinder.volume import configuration
 from cinder.volume import volume_utils
+from oslo_config import cfg
 from oslo_log import log as logging
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.drivers import common
 from cinder_forcedetach import mixin
-from cinder_forcedetach import opts
 from cinder_forcedetach.targets import tgt
 
 LOG = logging.getLogger(__name__)
+
+iscsi_opts = [
+    cfg.IntOpt('forcedetach_tgt_control_port',
+               default=0, min=0, max=65535,
+               help='Control port of the tgtd instance (tgtd -C N / '
+                    'tgtadm -C N) that exports this backend.'),
+    cfg.BoolOpt('forcedetach_chap_auth',
+                default=True,
+                help='Give every export its own CHAP account, created anew '
+                     'whenever the export is created. Removing it is part '
+                     'of what fences a force-detached initiator.'),
+]
+
+cfg.CONF.register_opts(iscsi_opts, group=configuration.SHARED_CONF_GROUP)
 
 
 @interface.volumedriver
@@ -38,13 +53,14 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
     def __init__(self, *args, **kwargs):
         super(TgtISCSIDriver, self).__init__(*args, **kwargs)
-        self.configuration.append_config_values(opts.iscsi_opts)
+        self.configuration.append_config_values(iscsi_opts)
         self.target = tgt.TgtAdm(
             control_port=self.configuration.forcedetach_tgt_control_port)
 
     @staticmethod
     def get_driver_options():
-        return (opts.force_detach_opts + opts.image_opts + opts.iscsi_opts)
+        return (mixin.ForceDetachMixin.get_driver_options() +
+                common.volume_file_opts + iscsi_opts)
 
     # -- setup ---------------------------------------------------------------
 

@@ -1,0 +1,26 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Reading the monitors' JSON answers."""
+
+import testtools
+
+from cinder_forcedetach.ceph import cluster
+
+
+class MonJsonTestCase(testtools.TestCase):
+
+    def test_blocklist_ls_output(self):
+        out = b'[{"addr":"127.0.0.11:0/1","until":"x"}][]'
+        self.assertEqual([{'addr': '127.0.0.11:0/1', 'until': 'x'}],
+                         cluster.parse_json_prefix(out))
+        self.assertEqual([], cluster.parse_json_prefix(b''))

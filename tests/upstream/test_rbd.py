@@ -1,0 +1,26 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Upstream's RBD driver tests (from the cinder wheel) on our RBDDriver."""
+
+from cinder_forcedetach.drivers import rbd as our_rbd
+from tests import upstream
+
+UPSTREAM = 'cinder.tests.unit.volume.drivers.test_rbd'
+
+module = upstream.load_upstream(UPSTREAM, 'cinder.volume.drivers.rbd',
+                                RBDDriver=our_rbd.RBDDriver)
+upstream.mark_differences(module, UPSTREAM)
+
+
+def load_tests(loader, standard_tests, pattern):
+    return loader.loadTestsFromModule(module)
