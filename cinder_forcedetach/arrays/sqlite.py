@@ -28,6 +28,7 @@ import os
 import sqlite3
 import time
 
+from cinder.volume import configuration
 from oslo_config import cfg
 from oslo_log import log as logging
 
@@ -52,6 +53,8 @@ fc_opts = [
                       '(here: for the SQLite file lock) before it fails '
                       'with a timeout error and changes nothing.'),
 ]
+
+cfg.CONF.register_opts(fc_opts, group=configuration.SHARED_CONF_GROUP)
 
 FIRST_LUN = 1
 MAX_LUN = 16383

@@ -52,11 +52,6 @@ from cinder_forcedetach import mixin
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
 
-# Kept importable under the names callers used before the Ceph layer.
-CephUnavailable = cluster.CephUnavailable
-FenceFailed = fencing.FenceFailed
-addr_ip = fencing.addr_ip
-
 #: Admin metadata key set while a reimage by clone is under way.
 REIMAGE_MARK = 'forcedetach_reimage'
 

@@ -44,8 +44,11 @@ import ddt
 import eventlet
 from oslo_config import cfg
 
+from cinder_forcedetach.ceph import cluster as ceph_cluster
+from cinder_forcedetach.ceph import fencing
+from cinder_forcedetach.ceph import images as ceph_images
 # Imported before flags are set, so that its options are registered.
-from cinder_forcedetach.drivers import rbd as rbd_driver
+from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: F401
 from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach.flows import force_detach as flow
 from tests.functional import base
@@ -183,7 +186,7 @@ class CephCluster(object):
 
     def blocklist(self):
         out = self.admin('osd', 'blocklist', 'ls', '--format', 'json')
-        return {e['addr'] for e in rbd_driver.parse_json_prefix(out.stdout)}
+        return {e['addr'] for e in ceph_cluster.parse_json_prefix(out.stdout)}
 
     @property
     def cinder_key(self):
@@ -643,7 +646,7 @@ class FenceTestCase(RBDTestCase):
     def test_force_detach_fences_the_writer(self):
         vol_id, att, info, writer = self.attached_volume('compute1')
         self.assertEqual(HOST_IPS['compute1'] if self.cluster.shim
-                         else '127.0.0.1', rbd_driver.addr_ip(writer.addr))
+                         else '127.0.0.1', fencing.addr_ip(writer.addr))
 
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
         fence_returned = time.time()
@@ -837,7 +840,7 @@ class FenceTestCase(RBDTestCase):
     def test_crash_then_rerun(self, where):
         vol_id, att, info, writer = self.attached_volume()
         if isinstance(where, str):
-            owner, name = rbd_driver.RBDDriver, where
+            owner, name = fencing.Fencing, where
         else:
             owner, name = where, 'execute'
         real = getattr(owner, name)
@@ -940,7 +943,7 @@ class FenceTestCase(RBDTestCase):
         vol_id = self.create_volume()['id']
         att, info = self.attach(vol_id, 'compute1')
         writer = self.writer(info, 'compute1', bind_ip='127.0.0.21')
-        self.assertEqual('127.0.0.21', rbd_driver.addr_ip(writer.addr))
+        self.assertEqual('127.0.0.21', fencing.addr_ip(writer.addr))
 
         if path == 'api':
             self.force_detach_api(vol_id,
@@ -977,7 +980,7 @@ class FenceTestCase(RBDTestCase):
         a = self.writer(info_a, 'compute1', tag='A', base=0)
         b = self.writer(info_b, 'compute2', tag='B', base=10000,
                         bind_ip='127.0.0.22')
-        self.assertEqual('127.0.0.22', rbd_driver.addr_ip(b.addr))
+        self.assertEqual('127.0.0.22', fencing.addr_ip(b.addr))
         volume = self.db_volume(vol_id)
 
         err = self.assertRaises(fd_exception.ForceDetachFailed,
@@ -1164,7 +1167,7 @@ class ImageTestCase(RBDTestCase):
                     raw = os.path.join(self.workdir, 'src.raw')
                     with open(raw, 'wb') as f:
                         f.write(data)
-                    spec = rbd_driver.qemu_rbd_spec(
+                    spec = ceph_images.qemu_rbd_spec(
                         self.cluster.images_pool, image_id,
                         user=self.cluster.user, conf=self.cluster.conf)
                     subprocess.run(['qemu-img', 'convert', '-f', 'raw',
