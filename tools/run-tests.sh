@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README's test command: installs what is missing, then runs pep8, the unit
-# tests and the functional tests (real Cinder services in-process, real
-# tgtd, live qemu-io initiators, real single-node Ceph when installed).
+# tests, upstream Cinder's own driver tests against our drop-in drivers
+# (tests/upstream) and the functional tests (real Cinder services
+# in-process, real tgtd, live qemu-io initiators, real single-node Ceph).
 # Prints one closing line
 #     tests: N passed, N failed, N skipped[; pep8: FAILED]
 # and exits non-zero when pep8 failed, a test failed, a test run could not
@@ -12,12 +13,13 @@
 # very run (never from "stestr last", which would re-count an older run).
 #
 # Usage: tools/run-tests.sh [--no-install] [stestr filter...]
-# (a filter goes to both runs; a run it matches no test of fails, as
+# (a filter goes to every run; a run it matches no test of fails, as
 # before: the closing line counts it as 1 failure)
 # Environment:
 #   ALLOW_SKIPS=1            skipped tests do not fail the run
 #   SKIP_PEP8=1              do not run flake8 (the closing line says so)
 #   UNIT_TEST_PATH           default ./tests/unit
+#   UPSTREAM_TEST_PATH       default ./tests/upstream
 #   FUNCTIONAL_TEST_PATH     default ./tests/functional
 #   FUNCTIONAL_CONCURRENCY   default 2
 #   VENV                     default .venv
@@ -35,9 +37,10 @@ case $VENV in
     *) export PATH="$PWD/$VENV/bin:$PATH" ;;
 esac
 UNIT_TEST_PATH=${UNIT_TEST_PATH:-./tests/unit}
+UPSTREAM_TEST_PATH=${UPSTREAM_TEST_PATH:-./tests/upstream}
 FUNCTIONAL_TEST_PATH=${FUNCTIONAL_TEST_PATH:-./tests/functional}
 
-passed=0; failed=0; skipped=0; rc=0; pep8=""
+passed=0; failed=0; skipped=0; xfailed=0; rc=0; pep8=""
 work=$(mktemp -d "${TMPDIR:-/tmp}/run-tests.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 : > "$work/skipped"
@@ -53,10 +56,11 @@ sys.exit(subunit_trace.trace(sys.stdin.buffer, sys.stdout, post_fails=True))
 '
 }
 
-# Totals of one subunit stream file: prints "PASSED FAILED SKIPPED" and
-# appends the ids of skipped tests to $2.  Final status per test id:
-# success/xfail pass; fail/uxsuccess/inprogress (no final status: a
-# crashed worker) fail; skip is skipped.
+# Totals of one subunit stream file: prints "PASSED FAILED SKIPPED XFAIL"
+# and appends the ids of skipped tests to $2.  Final status per test id:
+# success/xfail pass (XFAIL counts the xfail among them: upstream tests
+# listed as intended differences); fail/uxsuccess/inprogress (no final
+# status: a crashed worker) fail; skip is skipped.
 totals() {
     python - "$1" "$2" <<'EOF'
 import sys
@@ -85,6 +89,7 @@ with open(sys.argv[1], 'rb') as stream:
         stream, non_subunit_name='stdout').run(result)
     result.stopTestRun()
 counts = {'pass': 0, 'fail': 0, 'skip': 0}
+xfail = 0
 kind = {'success': 'pass', 'xfail': 'pass', 'skip': 'skip',
         'fail': 'fail', 'uxsuccess': 'fail', 'inprogress': 'fail'}
 with open(sys.argv[2], 'a') as skipped:
@@ -93,25 +98,26 @@ with open(sys.argv[2], 'a') as skipped:
             counts[kind[status]] += 1
         if status == 'skip':
             skipped.write(test_id + '\n')
-print(counts['pass'], counts['fail'], counts['skip'])
+        xfail += status == 'xfail'
+print(counts['pass'], counts['fail'], counts['skip'], xfail)
 EOF
 }
 
 # run_stestr NAME TEST_PATH [stestr run args...]: run, show, count once.
 run_stestr() {
-    local name=$1 path=$2 stream="$work/$1.subunit" stestr_rc p f s
+    local name=$1 path=$2 stream="$work/$1.subunit" stestr_rc p f s x
     shift 2
     # tee -p: the stream file is complete even if the display dies.
     stestr --test-path="$path" run --subunit "$@" | tee -p "$stream" | display
     stestr_rc=${PIPESTATUS[0]}
-    if ! read -r p f s < <(totals "$stream" "$work/skipped") \
-            || [ -z "${s:-}" ]; then
+    if ! read -r p f s x < <(totals "$stream" "$work/skipped") \
+            || [ -z "${x:-}" ]; then
         echo "$name: cannot read the subunit stream of this run:" \
              "counted as 1 failure"
         failed=$((failed + 1)); rc=1
         return
     fi
-    passed=$((passed + p)); skipped=$((skipped + s))
+    passed=$((passed + p)); skipped=$((skipped + s)); xfailed=$((xfailed + x))
     if [ "$f" -gt 0 ]; then
         failed=$((failed + f)); rc=1
     elif [ "$stestr_rc" -ne 0 ] || [ $((p + s)) -eq 0 ]; then
@@ -133,6 +139,9 @@ fi
 echo "== unit tests"
 run_stestr unit "$UNIT_TEST_PATH" "$@"
 
+echo "== upstream Cinder's driver tests on our drop-in drivers"
+run_stestr upstream "$UPSTREAM_TEST_PATH" "$@"
+
 echo "== functional tests"
 run_stestr functional "$FUNCTIONAL_TEST_PATH" \
     --concurrency "${FUNCTIONAL_CONCURRENCY:-2}" "$@"
@@ -149,6 +158,10 @@ if [ "$skipped" -gt 0 ]; then
     if [ "$skipped" -gt 30 ]; then
         echo "  ... and $((skipped - 30)) more"
     fi
+fi
+if [ "$xfailed" -gt 0 ]; then
+    echo "expected failures: $xfailed upstream test(s), counted as passed," \
+         "each listed with its reason in tests/upstream/differences.txt"
 fi
 echo "tests: $passed passed, $failed failed, $skipped skipped$pep8"
 exit $rc

@@ -12,7 +12,8 @@
 
 """tools/run-tests.sh: its closing line and exit code hide nothing.
 
-Each test builds a tiny project (its own .stestr.conf, tests/unit and
+Each test builds a tiny project (its own .stestr.conf, tests/unit,
+tests/upstream with one passing test and one expected failure, and
 tests/functional), copies the real script into the project's tools/ and
 runs it with --no-install: real stestr, real flake8.  RUN_TESTS_SCRIPT
 names another script to check instead (e.g. the previous version).
@@ -61,6 +62,27 @@ FAILING = '''
         def test_fail(self):
             self.fail('boom')
 '''
+UPSTREAM = '''
+    import testtools
+
+
+    class UpstreamTestCase(testtools.TestCase):
+
+        def test_pass(self):
+            self.assertTrue(True)
+
+        def test_intended_difference(self):
+            self.expectFailure('listed', self.assertEqual, 1, 2)
+'''
+UNEXPECTED_SUCCESS = '''
+    import testtools
+
+
+    class UpstreamTestCase(testtools.TestCase):
+
+        def test_listed_but_passes(self):
+            self.expectFailure('listed', self.assertEqual, 1, 1)
+'''
 BROKEN = '''
     import no_such_module_for_run_tests  # noqa: F401
 
@@ -71,7 +93,8 @@ BROKEN = '''
 CLOSING = re.compile(r'^tests: (\d+) passed, (\d+) failed'
                      r'(?:, (\d+) skipped)?(.*)$')
 SCRUB = ('ALLOW_SKIPS', 'SKIP_PEP8', 'UNIT_TEST_PATH', 'FUNCTIONAL_TEST_PATH',
-         'FUNCTIONAL_CONCURRENCY', 'VENV', 'OS_TEST_PATH', 'PYTHONPATH')
+         'UPSTREAM_TEST_PATH', 'FUNCTIONAL_CONCURRENCY', 'VENV',
+         'OS_TEST_PATH', 'PYTHONPATH')
 
 
 class RunTestsScriptTestCase(testtools.TestCase):
@@ -82,8 +105,10 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('.stestr.conf',
                     '[DEFAULT]\ntest_path=./tests/unit\ntop_dir=./\n')
         self._write('tox.ini', '[flake8]\nexclude = .stestr\n')
-        for package in ('tests', 'tests/unit', 'tests/functional'):
+        for package in ('tests', 'tests/unit', 'tests/upstream',
+                        'tests/functional'):
             self._write(os.path.join(package, '__init__.py'), '')
+        self._write('tests/upstream/test_up.py', UPSTREAM)
         os.makedirs(os.path.join(self.project, 'tools'))
         shutil.copy(SCRIPT, os.path.join(self.project, 'tools',
                                          'run-tests.sh'))
@@ -120,7 +145,7 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/unit/test_b.py', SKIPPED)
         self._write('tests/functional/test_c.py', PASSING)
         rc, closing, out = self._run(SKIP_PEP8='1')
-        self.assertEqual('tests: 2 passed, 0 failed, 1 skipped; pep8: not run',
+        self.assertEqual('tests: 4 passed, 0 failed, 1 skipped; pep8: not run',
                          closing)
         self.assertNotEqual(0, rc)
         self.assertIn('ALLOW_SKIPS=1', out)
@@ -131,7 +156,7 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/unit/test_b.py', SKIPPED)
         self._write('tests/functional/test_c.py', PASSING)
         rc, closing, out = self._run(ALLOW_SKIPS='1')
-        self.assertEqual('tests: 2 passed, 0 failed, 1 skipped', closing)
+        self.assertEqual('tests: 4 passed, 0 failed, 1 skipped', closing)
         self.assertEqual(0, rc)
 
     def test_pass_skip_and_fail_each_counted(self):
@@ -140,14 +165,14 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/unit/test_c.py', FAILING)
         self._write('tests/functional/test_d.py', PASSING)
         rc, closing, out = self._run(ALLOW_SKIPS='1')
-        self.assertEqual('tests: 2 passed, 1 failed, 1 skipped', closing)
+        self.assertEqual('tests: 4 passed, 1 failed, 1 skipped', closing)
         self.assertNotEqual(0, rc)
 
     def test_clean_run_passes(self):
         self._write('tests/unit/test_a.py', PASSING)
         self._write('tests/functional/test_b.py', PASSING)
         rc, closing, out = self._run()
-        self.assertEqual('tests: 2 passed, 0 failed, 0 skipped', closing)
+        self.assertEqual('tests: 4 passed, 0 failed, 0 skipped', closing)
         self.assertEqual(0, rc)
 
     def test_failed_discovery_counts_once_as_failure(self):
@@ -157,7 +182,7 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/unit/test_a.py', PASSING)
         self._write('tests/functional/test_b.py', BROKEN)
         rc, closing, out = self._run(SKIP_PEP8='1')
-        self.assertEqual('tests: 1 passed, 1 failed, 0 skipped; pep8: not run',
+        self.assertEqual('tests: 3 passed, 1 failed, 0 skipped; pep8: not run',
                          closing)
         self.assertNotEqual(0, rc)
         self.assertIn('no_such_module_for_run_tests', out)
@@ -170,7 +195,7 @@ class RunTestsScriptTestCase(testtools.TestCase):
         # Second run: the unit tests no longer import.
         self._write('tests/unit/test_a.py', BROKEN)
         rc, closing, out = self._run(SKIP_PEP8='1')
-        self.assertEqual('tests: 1 passed, 1 failed, 0 skipped; pep8: not run',
+        self.assertEqual('tests: 3 passed, 1 failed, 0 skipped; pep8: not run',
                          closing)
         self.assertNotEqual(0, rc)
 
@@ -179,7 +204,7 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/functional/test_b.py', PASSING)
         self._write('tests/unit/badly_formatted.py', 'x=1;y =2\n')
         rc, closing, out = self._run()
-        self.assertEqual('tests: 2 passed, 0 failed, 0 skipped; pep8: FAILED',
+        self.assertEqual('tests: 4 passed, 0 failed, 0 skipped; pep8: FAILED',
                          closing)
         self.assertNotEqual(0, rc)
 
@@ -193,6 +218,24 @@ class RunTestsScriptTestCase(testtools.TestCase):
         rc, closing, out = self._run(
             SKIP_PEP8='1', UNIT_TEST_PATH='./tests/other',
             FUNCTIONAL_TEST_PATH='./tests/more')
-        self.assertEqual('tests: 2 passed, 0 failed, 0 skipped; pep8: not run',
+        self.assertEqual('tests: 4 passed, 0 failed, 0 skipped; pep8: not run',
                          closing)
         self.assertEqual(0, rc)
+
+    def test_expected_failures_counted_and_named(self):
+        self._write('tests/unit/test_a.py', PASSING)
+        self._write('tests/functional/test_b.py', PASSING)
+        rc, closing, out = self._run(SKIP_PEP8='1')
+        self.assertEqual(0, rc)
+        self.assertIn('expected failures: 1 upstream test(s), counted as '
+                      'passed, each listed with its reason in '
+                      'tests/upstream/differences.txt', out)
+
+    def test_unexpected_success_fails_the_run(self):
+        self._write('tests/unit/test_a.py', PASSING)
+        self._write('tests/functional/test_b.py', PASSING)
+        self._write('tests/upstream/test_up.py', UNEXPECTED_SUCCESS)
+        rc, closing, out = self._run(SKIP_PEP8='1')
+        self.assertEqual('tests: 2 passed, 1 failed, 0 skipped; pep8: not run',
+                         closing)
+        self.assertNotEqual(0, rc)
