@@ -3,7 +3,8 @@
 A driver class lists the mixin before its Cinder base class::
 
     class MyDriver(mixin.ForceDetachMixin, driver.VolumeDriver):
-        def revoke_host_access(self, volume, connector): ...
+        def revoke_host_access(self, volume: objects.Volume,
+                           connector: Optional[dict]) -> bool: ...
         def remove_export(self, context, volume): ...
 
 and gets, all through the one flow of
@@ -23,6 +24,7 @@ What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 """
 
 import socket
+from typing import Any, BinaryIO, Optional
 
 from cinder import context as cinder_context
 from cinder import exception
@@ -78,8 +80,10 @@ class ForceDetachMixin(object):
 
     # -- the public entry points ----------------------------------------
 
-    def force_detach(self, context, volume, connector=None,
-                     attachment_id=None):
+    def force_detach(self, context: cinder_context.RequestContext,
+                     volume: objects.Volume,
+                     connector: Optional[dict] = None,
+                     attachment_id: Optional[str] = None) -> None:
         """Detach *volume* from one host (connector) or all (None).
 
         Runs the force-detach flow; see
@@ -91,9 +95,9 @@ class ForceDetachMixin(object):
                               attachment_id=attachment_id)
 
     #: Connector fields this driver cannot work without.
-    required_connector_fields = ()
+    required_connector_fields: tuple[str, ...] = ()
 
-    def validate_connector(self, connector):
+    def validate_connector(self, connector: dict) -> None:
         """Refuse a connector with a missing or malformed field.
 
         Cinder calls it before ``create_export``/``initialize_connection``;
@@ -103,7 +107,9 @@ class ForceDetachMixin(object):
         """
         connector_grammar.check(connector, self.required_connector_fields)
 
-    def terminate_connection(self, volume, connector, **kwargs):
+    def terminate_connection(self, volume: objects.Volume,
+                             connector: Optional[dict],
+                             **kwargs: Any) -> bool:
         """Cinder's teardown of one host: the flow, without the database.
 
         Returns True while another attachment still uses the export
@@ -128,23 +134,28 @@ class ForceDetachMixin(object):
         """
         raise NotImplementedError()
 
-    def fence_clients(self, volume, connectors, keep_attachments):
+    def fence_clients(self, volume: objects.Volume,
+                      connectors: list[Optional[dict]],
+                      keep_attachments: list) -> list[str]:
         """Cut off clients of the hosts in *connectors* that still hold it.
 
         None in *connectors* means every client that does not belong to
         one of *keep_attachments*.  Default: nothing to fence, because
         revoking access already disconnected the host (iSCSI, FC).
+        Returns the fenced client addresses.
         """
+        return []
 
-    def local_connection_info(self, volume, connector):
+    def local_connection_info(self, volume: objects.Volume,
+                              connector: dict) -> Optional[dict]:
         """connection_info for this host when Cinder stored none."""
         return None
 
-    def image_destination(self, volume):
+    def image_destination(self, volume: objects.Volume) -> str:
         """The volume as ``qemu-img convert`` names its output."""
         return self.local_path(volume)
 
-    def open_volume_for_write(self, volume):
+    def open_volume_for_write(self, volume: objects.Volume) -> BinaryIO:
         """A writable binary file object on the volume."""
         return open(self.local_path(volume), 'r+b')
 

@@ -12,6 +12,7 @@ A failure raises one of the exceptions below and changes nothing.
 
 import abc
 import re
+from typing import Iterable, Optional
 
 from cinder import exception
 from cinder.i18n import _
@@ -46,7 +47,7 @@ class HostConflict(ArrayError):
                 "(%(hosts)s); fix the array's host definitions")
 
 
-def normalize_wwpn(wwpn):
+def normalize_wwpn(wwpn: str) -> str:
     """``'50:01:43:80:12:34:56:78'``/``'0x5001...'`` -> ``'5001438012345678'``.
 
     Raises ValueError for anything that is not 16 hexadecimal digits, or
@@ -69,22 +70,22 @@ class FCArray(object, metaclass=abc.ABCMeta):
     WWPNs are passed and returned as 16 lowercase hexadecimal digits.
     """
 
-    def setup(self):
+    def setup(self) -> None:
         """Connect to the array / create what the array needs; idempotent."""
 
     @abc.abstractmethod
-    def target_ports(self):
+    def target_ports(self) -> list[str]:
         """WWPNs of the array's FC target ports that serve volumes."""
 
     @abc.abstractmethod
-    def find_host(self, wwpns):
+    def find_host(self, wwpns: Iterable[str]) -> Optional[str]:
         """Name of the host that owns any of *wwpns*, or None.
 
         Raises :class:`HostConflict` when they belong to several hosts.
         """
 
     @abc.abstractmethod
-    def ensure_host(self, name, wwpns):
+    def ensure_host(self, name: str, wwpns: Iterable[str]) -> str:
         """Return the host that owns *wwpns*, created or extended as needed.
 
         A host that already owns one of the WWPNs is reused whatever its
@@ -93,22 +94,23 @@ class FCArray(object, metaclass=abc.ABCMeta):
         """
 
     @abc.abstractmethod
-    def host_wwpns(self, host):
+    def host_wwpns(self, host: str) -> list[str]:
         """WWPNs of *host*; empty when the host does not exist."""
 
     @abc.abstractmethod
-    def delete_host(self, host):
+    def delete_host(self, host: str) -> None:
         """Remove *host*; :class:`HostBusy` while it has LUNs mapped."""
 
     @abc.abstractmethod
-    def map_volume(self, volume_name, host):
+    def map_volume(self, volume_name: str, host: str) -> int:
         """Map *volume_name* to *host*; return its LUN id.
 
         Mapping an already mapped volume returns the LUN id it has.
         """
 
     @abc.abstractmethod
-    def unmap_volume(self, volume_name, host=None):
+    def unmap_volume(self, volume_name: str,
+                     host: Optional[str] = None) -> list[str]:
         """Unmap the volume from *host* (every host when None).
 
         Returns the hosts the volume stays mapped to.  An unknown host or
@@ -116,9 +118,9 @@ class FCArray(object, metaclass=abc.ABCMeta):
         """
 
     @abc.abstractmethod
-    def hosts_of_volume(self, volume_name):
+    def hosts_of_volume(self, volume_name: str) -> dict[str, int]:
         """``{host: lun}`` of the hosts the volume is mapped to."""
 
     @abc.abstractmethod
-    def luns_of_host(self, host):
+    def luns_of_host(self, host: str) -> dict[str, int]:
         """``{volume_name: lun}`` of what is mapped to *host*."""

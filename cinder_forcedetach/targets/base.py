@@ -8,6 +8,7 @@ idempotent: what is already gone counts as done.
 
 import abc
 import dataclasses
+from typing import Iterable, Optional
 
 
 @dataclasses.dataclass
@@ -36,7 +37,7 @@ class TargetState(object):
     # those addresses.
 
     @property
-    def initiators(self):
+    def initiators(self) -> list[str]:
         """Initiators that are granted access or still hold a session."""
         names = list(self.acls)
         names += [s.initiator for s in self.sessions
@@ -48,22 +49,25 @@ class ExportTarget(object, metaclass=abc.ABCMeta):
     """A block target (iSCSI today) that exports volumes to initiators."""
 
     @abc.abstractmethod
-    def find(self, name):
+    def find(self, name: str) -> Optional[TargetState]:
         """Return the :class:`TargetState` of target *name*, or None."""
 
     @abc.abstractmethod
-    def export(self, name, path, username=None, password=None):
+    def export(self, name: str, path: str, username: Optional[str] = None,
+               password: Optional[str] = None) -> TargetState:
         """Export *path* as target *name*; return its :class:`TargetState`.
 
         Exporting a target that already exists returns it unchanged.
         """
 
     @abc.abstractmethod
-    def grant(self, name, initiator):
+    def grant(self, name: str, initiator: str) -> None:
         """Allow *initiator* to log in to target *name*."""
 
     @abc.abstractmethod
-    def revoke(self, name, initiators=None, keep=()):
+    def revoke(self, name: str,
+               initiators: Optional[Iterable[str]] = None,
+               keep: Iterable[str] = ()) -> list[str]:
         """Forbid and disconnect *initiators* (all when None).
 
         *keep* names the initiators of attachments that stay: they keep
@@ -73,7 +77,8 @@ class ExportTarget(object, metaclass=abc.ABCMeta):
         """
 
     @abc.abstractmethod
-    def unexport(self, name, state=None):
+    def unexport(self, name: str,
+                 state: Optional[TargetState] = None) -> None:
         """Remove target *name*, its LUNs, sessions and CHAP account.
 
         *state*: its :class:`TargetState` if the caller just read it.
