@@ -115,8 +115,8 @@ def named_backend(name=None):
     return name, '%s@%s' % (conf.host, name)
 
 
-def build_driver(ctxt, group, backend_host, cluster_name=None):
-    """The volume driver of config *group*, set up."""
+def build_driver(ctxt, group, backend_host, cluster_name=None, setup=True):
+    """The volume driver of config *group*, set up unless *setup* is False."""
     from oslo_utils import importutils
 
     from cinder import db
@@ -129,7 +129,8 @@ def build_driver(ctxt, group, backend_host, cluster_name=None):
         config.volume_driver, configuration=config, db=db,
         host=backend_host, cluster_name=cluster_name,
         is_vol_db_empty=False, active_backend_id=None)
-    driver.do_setup(ctxt)
+    if setup:
+        driver.do_setup(ctxt)
     return driver
 
 

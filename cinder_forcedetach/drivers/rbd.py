@@ -110,8 +110,15 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
     # -- the Ceph layer, on the cluster the driver serves now --------------
 
     def _access(self):
-        """How to reach the active cluster (replication failover aware)."""
-        name, conf, user, _secret_uuid = self._get_config_tuple()
+        """How to reach the active cluster (replication failover aware).
+
+        Needs no ``do_setup``: the fence commands reach the cluster only
+        through this layer, in bounded time, even when upstream's setup
+        would wait for librados' default timeouts.
+        """
+        active = (self._active_config or
+                  self._get_target_config(self._active_backend_id))
+        name, conf, user, _secret_uuid = self._get_config_tuple(active)
         config = self.configuration
         return cluster.Access(name=name, conf=conf, user=user,
                               keyring=config.forcedetach_rbd_keyring,
@@ -175,6 +182,15 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
 
     def open_volume_for_write(self, volume):
         return self._images().open_file(volume.name)
+
+    def _get_rbd_handle(self, volume):
+        """Upstream's upload source, opened with this driver's keyring.
+
+        Upstream opens it through os-brick, which wants the keyring in
+        ``/etc/ceph/<cluster>.client.<user>.keyring``; this one follows
+        ``forcedetach_rbd_keyring`` and the Ceph configuration file.
+        """
+        return self._images().open_file(volume.name, read_only=True)
 
     def discard_volume(self, volume):
         self._images().discard_all(volume.name)
