@@ -1,0 +1,322 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Per-volume tgt exports, and the Cinder target driver built on them.
+
+:class:`VolumeExports` is what every driver of ours that exports through
+``tgtd`` does to a volume (:mod:`cinder_forcedetach.targets.tgt` does the
+``tgtadm`` work): one target per volume named ``target_prefix`` + volume
+name, its LUN 1 on the volume's path, a CHAP account created anew whenever
+the export is created, and one ACL entry per initiator.  Revoking a host
+unbinds its ACL and closes its sessions (an ``initiator-address ALL`` rule
+left by upstream's helper is first narrowed to the initiators Cinder
+keeps); removing the export removes target, LUN, sessions and CHAP
+account.  Every step is idempotent.  Used by
+:class:`cinder_forcedetach.drivers.iscsi.TgtISCSIDriver` and, as a Cinder
+target driver (:class:`TgtTarget`), by
+:class:`cinder_forcedetach.drivers.lvm.LVMVolumeDriver`.
+"""
+
+from cinder.common import constants
+from cinder import exception
+from cinder.i18n import _
+from cinder.volume import configuration as cinder_configuration
+from cinder.volume.targets import driver as target_driver
+from cinder.volume import volume_utils
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from cinder_forcedetach import attachments as fd_attachments
+from cinder_forcedetach import connector_grammar
+from cinder_forcedetach.targets import tgt
+
+LOG = logging.getLogger(__name__)
+
+tgt_opts = [
+    cfg.IntOpt('forcedetach_tgt_control_port',
+               default=0, min=0, max=65535,
+               help='Control port of the tgtd instance (tgtd -C N / '
+                    'tgtadm -C N) that exports this backend.'),
+    cfg.BoolOpt('forcedetach_chap_auth',
+                default=True,
+                help='Give every export its own CHAP account, created anew '
+                     'whenever the export is created. Removing it is part '
+                     'of what fences a force-detached initiator.'),
+]
+
+cfg.CONF.register_opts(tgt_opts,
+                       group=cinder_configuration.SHARED_CONF_GROUP)
+
+REQUIRED_CONNECTOR_FIELDS = ('initiator',)
+
+
+def chap(volume):
+    """``(username, password)`` of the volume's export, or (None, None)."""
+    parts = (volume['provider_auth'] or '').split()
+    if len(parts) == 3 and parts[0] == 'CHAP':
+        return parts[1], parts[2]
+    return None, None
+
+
+class VolumeExports(object):
+    """One tgt target per volume, with its CHAP account and ACL.
+
+    :param configuration: the backend's configuration (``target_prefix``,
+        ``target_ip_address``, ``target_port``,
+        ``target_secondary_ip_addresses`` and this module's options).
+    :param target: the :class:`~cinder_forcedetach.targets.base.ExportTarget`
+        (default: ``tgtadm`` on ``forcedetach_tgt_control_port``).
+    """
+
+    def __init__(self, configuration, target=None):
+        configuration.append_config_values(tgt_opts)
+        self.configuration = configuration
+        self.target = target or tgt.TgtAdm(
+            control_port=configuration.forcedetach_tgt_control_port)
+
+    # -- naming ------------------------------------------------------------
+
+    def target_name(self, volume):
+        return self.configuration.target_prefix + volume['name']
+
+    def portals(self):
+        """``ip:port`` of every portal, the primary address first."""
+        conf = self.configuration
+        addresses = [conf.target_ip_address] + list(
+            conf.safe_get('target_secondary_ip_addresses') or [])
+        return ['%s:%s' % (volume_utils.sanitize_host(address),
+                           conf.target_port) for address in addresses]
+
+    def location(self, volume):
+        """provider_location, in the format Cinder's iSCSI code parses."""
+        return '%s %s %d' % (';'.join(self.portals()),
+                             self.target_name(volume), tgt.BACKING_LUN)
+
+    # -- export ------------------------------------------------------------
+
+    def create(self, volume, path):
+        """Export *path*; returns ``(provider_location, provider_auth)``.
+
+        A new export gets a new CHAP account; an existing one is returned
+        as it is, with the volume's current provider_auth.
+        """
+        name = self.target_name(volume)
+        if self.target.find(name) is not None:
+            return self.location(volume), volume['provider_auth']
+        username = password = None
+        if self.configuration.forcedetach_chap_auth:
+            username = volume_utils.generate_username()
+            password = volume_utils.generate_password()
+        self.target.export(name, path, username, password)
+        auth = 'CHAP %s %s' % (username, password) if username else None
+        return self.location(volume), auth
+
+    def ensure(self, volume, path):
+        """Re-create a lost export (tgtd restarted) for attached hosts."""
+        name = self.target_name(volume)
+        if self.target.find(name) is not None:
+            return
+        initiators = []
+        for attachment in volume.volume_attachment:
+            initiator = (attachment.connector or {}).get('initiator')
+            if not initiator:
+                continue
+            if not connector_grammar.is_iscsi_name(initiator):
+                # Stored before connectors were checked: never granted.
+                LOG.error('Attachment %(att)s of volume %(vol)s has a '
+                          'malformed initiator %(ini)r: not granted.',
+                          {'att': attachment.id, 'vol': volume.id,
+                           'ini': initiator})
+                continue
+            initiators.append(initiator)
+        if not initiators:
+            return
+        username, password = chap(volume)
+        self.target.export(name, path, username, password)
+        for initiator in initiators:
+            self.target.grant(name, initiator)
+
+    def remove(self, volume):
+        """Remove target, LUN, sessions and CHAP account; idempotent.
+
+        Kept while the host of another live attachment still has access:
+        Cinder's os-force_detach and os-detach call this unconditionally
+        after revoking one host of a multiattach volume.
+        """
+        name = self.target_name(volume)
+        state = self.target.find(name)
+        if state is not None and state.acls:
+            users = {a.connector.get('initiator')
+                     for a in volume.volume_attachment
+                     if fd_attachments.is_live(a) and a.connector}
+            kept = sorted(users.intersection(state.acls))
+            if kept:
+                LOG.info('Export of volume %s kept: still used by %s.',
+                         volume.id, ', '.join(kept))
+                return
+        self.target.unexport(name, state)
+        username, _password = chap(volume)
+        if username and (state is None or username not in state.accounts):
+            # Not bound to the target (an interrupted run): apart.
+            self.target.delete_account(username)
+
+    # -- connections ---------------------------------------------------------
+
+    def connection_data(self, volume):
+        """iSCSI connection data, with the multipath lists os-brick reads.
+
+        The ``target_portals``/``target_iqns``/``target_luns`` lists let
+        os-brick find the session to tear down without its discovery
+        database (empty on a host that never ran discovery).
+        """
+        portals = self.portals()
+        name = self.target_name(volume)
+        return {'target_discovered': False,
+                'target_portal': portals[0],
+                'target_iqn': name,
+                'target_lun': tgt.BACKING_LUN,
+                'target_portals': portals,
+                'target_iqns': [name] * len(portals),
+                'target_luns': [tgt.BACKING_LUN] * len(portals),
+                'volume_id': volume['id'],
+                'discard': True}
+
+    def connect(self, volume, connector):
+        """Grant the connector's initiator; its iSCSI connection_info.
+
+        The connector must have been validated (connector_grammar).
+        """
+        name = self.target_name(volume)
+        if self.target.find(name) is None:
+            raise exception.VolumeBackendAPIException(
+                data=_('volume %s is not exported') % volume['id'])
+        self.target.grant(name, connector['initiator'])
+        data = self.connection_data(volume)
+        username, password = chap(volume)
+        if username:
+            data.update(auth_method='CHAP', auth_username=username,
+                        auth_password=password)
+        return {'driver_volume_type': 'iscsi', 'data': data}
+
+    def revoke(self, volume, connector):
+        """Unbind the host's ACL and drop its sessions (None: every host).
+
+        Returns True when other hosts keep access.  An export made by
+        upstream's helper admits any initiator name (``initiator-address
+        ALL``): it is narrowed to the exact initiators of the attachments
+        Cinder keeps before the host's sessions are dropped, so the host
+        cannot log back in.
+        """
+        name = self.target_name(volume)
+        if connector is None:
+            return bool(self.target.revoke(name))
+        keep = self.kept_initiators(volume, connector)
+        return bool(self.target.revoke(name, [connector['initiator']],
+                                       keep=keep))
+
+    @staticmethod
+    def kept_initiators(volume, connector):
+        """Initiators of live attachments of hosts other than *connector*."""
+        kept = []
+        for attachment in fd_attachments.of_other_hosts(
+                volume.volume_attachment, connector):
+            initiator = attachment.connector.get('initiator')
+            if (connector_grammar.is_iscsi_name(initiator) and
+                    initiator not in kept):
+                kept.append(initiator)
+        return kept
+
+
+class TgtTarget(target_driver.Target):
+    """Cinder target driver (``target_helper = tgtadm`` of our LVM driver).
+
+    What upstream's LVM driver calls on its ``target_driver``, done by
+    :class:`VolumeExports`, plus the force-detach hooks :meth:`revoke` and
+    :meth:`local_connection_info`.  Unlike upstream's ``TgtAdm`` it writes
+    no persist files under ``volumes_dir`` and never runs ``tgt-admin``:
+    tgtd is driven over ``tgtadm`` only, and a lost export is re-created
+    by ``ensure_export``.
+    """
+
+    protocol = constants.ISCSI
+    storage_protocol = constants.ISCSI
+    SHARED_TARGET_SUPPORT = False
+    SECONDARY_IP_SUPPORT = True
+
+    def __init__(self, *args, **kwargs):
+        super(TgtTarget, self).__init__(*args, **kwargs)
+        self.exports = VolumeExports(self.configuration)
+
+    # -- Cinder's target driver interface ------------------------------------
+
+    def create_export(self, context, volume, volume_path):
+        location, auth = self.exports.create(volume, volume_path)
+        return {'location': location, 'auth': auth}
+
+    def ensure_export(self, context, volume, volume_path):
+        self.exports.ensure(volume, volume_path)
+
+    def remove_export(self, context, volume):
+        self.exports.remove(volume)
+
+    def validate_connector(self, connector):
+        connector_grammar.check(connector, REQUIRED_CONNECTOR_FIELDS)
+        return True
+
+    def initialize_connection(self, volume, connector):
+        self.validate_connector(connector)
+        return self.exports.connect(volume, connector)
+
+    def terminate_connection(self, volume, connector, **kwargs):
+        """Revoke the host (keeping other hosts' live attachments)."""
+        if connector is not None:
+            self.validate_connector(connector)
+        return self.revoke(volume, connector)
+
+    @staticmethod
+    def are_same_connector(A, B):
+        a_initiator = A.get('initiator')
+        return bool(a_initiator) and a_initiator == B.get('initiator')
+
+    def extend_target(self, volume):
+        """Re-create an in-use target so tgtd sees the LV's new size.
+
+        tgtd reads a LUN's size when the LUN is created.  Like upstream's
+        ``tgt-admin --update --force``, this drops the sessions (the
+        initiators log in again, same CHAP account, same ACL).
+        """
+        name = self.exports.target_name(volume)
+        state = self.exports.target.find(name)
+        if state is None:
+            return
+        path = '/dev/%s/%s' % (self.configuration.volume_group,
+                               volume['name'])
+        username, password = chap(volume)
+        self.exports.target.unexport(name, state)
+        self.exports.target.export(name, path, username, password)
+        for initiator in state.acls:
+            if connector_grammar.is_iscsi_name(initiator):
+                self.exports.target.grant(name, initiator)
+
+    # -- force-detach hooks ------------------------------------------------
+
+    def revoke(self, volume, connector):
+        """See :meth:`VolumeExports.revoke`."""
+        return self.exports.revoke(volume, connector)
+
+    def local_connection_info(self, volume):
+        return {'driver_volume_type': 'iscsi',
+                'data': self.exports.connection_data(volume)}
+
+    def check_daemon(self):
+        """Fail when tgtd is not reachable on its control port."""
+        self.exports.target.list_targets()
