@@ -24,6 +24,7 @@ tgtd's rdwr backing store serves either the same way.
 """
 
 import os
+from unittest import mock
 import uuid
 
 from cinder import context
@@ -277,3 +278,45 @@ class LVMTargetTestCase(testtools.TestCase):
         for _ in range(2):
             driver.remove_export_unlocked(self.ctxt, volume)
             self.assertIsNone(self.state(volume))
+
+    def test_other_target_helper_stays_upstreams(self):
+        """lioadm: upstream's target; revocation is its terminate_connection.
+
+        No LIO here: its terminate_connection is recorded, not run.
+        """
+        CONF.set_override('target_helper', 'lioadm', GROUP)
+        # LioAdm checks for cinder-rtstool when it is built.
+        with mock.patch('cinder.volume.targets.lio.LioAdm._verify_rtstool'):
+            driver = lvm.LVMVolumeDriver(
+                configuration=self.configuration,
+                vg_obj=fake_lvm.FakeBrickLVM('cinder-volumes', False, None,
+                                             'default'))
+        self.assertFalse(driver.our_target)
+        self.assertEqual('cinder.volume.targets.lio',
+                         type(driver.target_driver).__module__)
+        volume, _path = self.make_volume()
+        for host in ('compute1', 'compute2'):
+            volume.volume_attachment.objects.append(objects.VolumeAttachment(
+                context=self.ctxt, id=str(uuid.uuid4()), volume_id=volume.id,
+                attach_status='attached', attached_host=host,
+                connector=connector_for(host)))
+        with mock.patch.object(driver.target_driver,
+                               'terminate_connection') as terminate, \
+                mock.patch.object(lvm.LOG, 'warning') as warning:
+            self.assertTrue(driver.revoke_host_access(
+                volume, connector_for('compute1')))
+            terminate.assert_called_once_with(volume,
+                                              connector_for('compute1'))
+            terminate.reset_mock()
+            self.assertFalse(driver.revoke_host_access(volume, None))
+            self.assertEqual([mock.call(volume, connector_for('compute1')),
+                              mock.call(volume, connector_for('compute2'))],
+                             terminate.call_args_list)
+        self.assertEqual(2, warning.call_count)
+        self.assertIsNone(driver.local_connection_info(
+            volume, connector_for('compute1')))
+        for initiator in HOSTILE:
+            self.assertRaises(
+                cinder_exception.InvalidConnectorException,
+                driver.validate_connector,
+                dict(connector_for('compute2'), initiator=initiator))
