@@ -87,7 +87,6 @@ from oslo_concurrency import processutils  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 
 from cinder_forcedetach.drivers import iscsi  # noqa: E402
-from cinder_forcedetach import opts as fd_opts  # noqa: E402
 from cinder_forcedetach.targets import tgt as ours_tgt  # noqa: E402
 from tests.functional import fixtures as fd_fixtures  # noqa: E402
 
@@ -382,7 +381,7 @@ class Ours(object):
         self.dir = os.path.join(workdir, 'ours-volumes')
         conf = configuration.Configuration(cinder_driver.volume_opts,
                                            config_group=OURS_GROUP)
-        conf.append_config_values(fd_opts.iscsi_opts)
+        conf.append_config_values(iscsi.iscsi_opts)
         for key, value in (('forcedetach_volumes_dir', self.dir),
                            ('forcedetach_tgt_control_port', CONTROL_PORT),
                            ('target_ip_address', '127.0.0.1'),

@@ -23,6 +23,8 @@ What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 :meth:`open_volume_for_write` and ``discard_volume``.
 """
 
+from __future__ import annotations
+
 import socket
 from typing import Any, BinaryIO, Optional
 

@@ -26,14 +26,9 @@ from cinder_forcedetach.cmd.errors import CliError
 from cinder_forcedetach.cmd.errors import EXIT_BACKEND
 from cinder_forcedetach.cmd.errors import EXIT_NOT_FOUND
 from cinder_forcedetach.cmd.errors import EXIT_USAGE
-from cinder_forcedetach.cmd import output
 from cinder_forcedetach.cmd.registry import arg
 
 DEFAULT_CONFIG = '/etc/cinder/cinder.conf'
-
-# What tests/unit/test_rbd.py still reaches through this module.
-emit = output.emit
-mask_secrets = output.mask_secrets
 
 # The options every local command has, after its own.
 CONFIG_ARGUMENTS = [

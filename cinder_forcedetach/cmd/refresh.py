@@ -34,7 +34,6 @@ input (no config file, an attachment without a live connector), 2 not
 found, 4 backend error.
 """
 
-import sys
 
 from cinder_forcedetach.cmd.errors import CliError
 from cinder_forcedetach.cmd.errors import EXIT_OK
@@ -73,11 +72,3 @@ def attachment_refresh(conf, args, out):
     out.emit({'attachment_id': attachment.id, 'volume_id': volume.id,
               'connection_info': output.mask_secrets(info)})
     return EXIT_OK
-
-
-def main_refresh(argv=None, stdout=None, stderr=None):
-    """``cinder-forcedetach attachment refresh ARGS`` (older entry point)."""
-    from cinder_forcedetach.cmd import manage
-
-    return manage.main(['attachment', 'refresh'] + list(
-        sys.argv[1:] if argv is None else argv), stdout, stderr)

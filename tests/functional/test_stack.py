@@ -26,7 +26,7 @@ import time
 
 import testtools
 
-from cinder_forcedetach.cmd import stack as stack_mod
+from cinder_forcedetach.tools import stack as stack_mod
 from tests import fakes
 from tests.functional import fixtures as fd_fixtures
 
