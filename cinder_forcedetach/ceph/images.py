@@ -126,6 +126,14 @@ class ImageFile(object):
     def __exit__(self, *exc):
         self.close()
 
+    def __del__(self):
+        # Callers such as upstream's copy_volume_to_image drop the handle
+        # without closing it.  The image must be closed before its
+        # connection shuts down: librbd hangs closing an image whose
+        # cluster handle is gone, which is what collecting both in any
+        # order can do.
+        self.close()
+
 
 class Images(object):
     """Image I/O on the RBD images of one pool.
