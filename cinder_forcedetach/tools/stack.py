@@ -81,15 +81,16 @@ import urllib.error
 import urllib.request
 import uuid
 
+from cinder_forcedetach.tools import ceph_dev
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 TGT_DRIVER = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
 RBD_DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
 DRIVER_ALIASES = {'tgt': TGT_DRIVER, 'iscsi': TGT_DRIVER, 'rbd': RBD_DRIVER}
-CEPH_DEV = os.path.join(REPO_ROOT, 'tools', 'ceph-dev.sh')
 INSTALL_CEPH = os.path.join(REPO_ROOT, 'tools', 'install-ceph.sh')
 # client.cinder may also lift the fences force-detach adds.
-CEPH_CINDER_MON_CAPS = 'profile rbd, allow command "osd blocklist"'
+CEPH_CINDER_MON_CAPS = ceph_dev.FENCING_CINDER_MON_CAPS
 TGTD_SOCKET_DIR = '/var/run/tgtd'
 RABBITMQ_SERVER = '/usr/lib/rabbitmq/bin/rabbitmq-server'
 ORDER = ('epmd', 'rabbitmq', 'tgtd', 'cinder-scheduler', 'cinder-volume',
@@ -566,29 +567,21 @@ class Stack(object):
         return any(d == RBD_DRIVER
                    for _n, d in (info or self.info)['backends'])
 
-    def _ceph_env(self):
+    def ceph_dev(self):
+        """The stack's cluster (:class:`.ceph_dev.CephDev`)."""
         info = self.info
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith('CEPH_')}
         host = info.get('host', self.s.host)
         port = info.get('ceph_mon_port', self.s.ceph_mon_port)
-        env.update(CEPH_DEV_DIR=self.ceph_dir,
-                   CEPH_DEV_MON_ADDR=host,
-                   CEPH_DEV_DAEMON_ADDR=host,
-                   CEPH_DEV_MON_PORT=str(port),
-                   CEPH_DEV_MON_PORT_V2=str(port - 1),
-                   CEPH_DEV_CINDER_MON_CAPS=CEPH_CINDER_MON_CAPS)
-        return env
+        return ceph_dev.CephDev(
+            self.ceph_dir, mon_addr=host, daemon_addr=host, mon_port=port,
+            mon_port_v2=port - 1, cinder_mon_caps=CEPH_CINDER_MON_CAPS)
 
     def ceph(self, *args, check=True, timeout=300):
         """Run tools/ceph-dev.sh on the stack's cluster."""
-        res = subprocess.run([CEPH_DEV] + list(args), env=self._ceph_env(),
-                             capture_output=True, text=True,
-                             timeout=timeout)
-        if check and res.returncode:
-            raise StackError('tools/ceph-dev.sh %s failed (%d): %s' % (
-                ' '.join(args), res.returncode, res.stderr.strip()[-2000:]))
-        return res
+        try:
+            return self.ceph_dev().run(*args, check=check, timeout=timeout)
+        except ceph_dev.CephDevError as err:
+            raise StackError(str(err))
 
     def _start_ceph(self):
         if os.environ.get('STACK_SKIP_INSTALL', '') != '1':
@@ -604,9 +597,7 @@ class Stack(object):
 
     def ceph_settings(self):
         """CEPH_* paths of the cluster (``ceph-dev.sh env``; no keys)."""
-        out = self.ceph('env').stdout
-        return dict(re.findall(r"^export (CEPH_\w+)=(.*)$", out,
-                               re.MULTILINE))
+        return ceph_dev.parse_env(self.ceph('env').stdout)
 
     def _stop_ceph(self):
         if os.path.exists(self.ceph_dir):
