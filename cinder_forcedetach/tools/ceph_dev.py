@@ -84,19 +84,22 @@ class CephDev(object):
     may have taken them meanwhile): then the half-made cluster is purged
     and ``up`` retried up to *retries* times.  *owned*: :meth:`release`
     purges the cluster (else it leaves it running, e.g. a cluster the
-    caller was pointed at).
+    caller was pointed at).  *command_timeout*: of a ceph-dev.sh run;
+    *mount_timeout*: of :meth:`connect`.
     """
 
     def __init__(self, directory, mon_addr=None, daemon_addr=None,
                  mon_port=None, mon_port_v2=None, osd_size=None,
                  cinder_mon_caps=None, pick_ports=None, retries=2,
-                 owned=True, command_timeout=300, script=SCRIPT):
+                 owned=True, command_timeout=300, mount_timeout=10,
+                 script=SCRIPT):
         self.dir = os.path.abspath(directory)
         self.script = script
         self.owned = owned
         self.pick_ports = pick_ports
         self.retries = retries if pick_ports else 0
         self.command_timeout = command_timeout
+        self.mount_timeout = mount_timeout
         self.settings_env = {'CEPH_DEV_DIR': self.dir}
         for name, value in (('CEPH_DEV_MON_ADDR', mon_addr),
                             ('CEPH_DEV_DAEMON_ADDR', daemon_addr),
@@ -222,10 +225,11 @@ class CephDev(object):
         out = self.admin('osd', 'blocklist', 'ls', '--format', 'json')
         return {e['addr'] for e in ceph_cluster.parse_json_prefix(out.stdout)}
 
-    def connect(self, mount_timeout=10):
+    def connect(self, mount_timeout=None):
         """A connected ``rados.Rados`` as the Cinder user (shut it down)."""
         import rados
         client = rados.Rados(rados_id=self.user, conffile=self.conf)
-        client.conf_set('client_mount_timeout', str(mount_timeout))
+        client.conf_set('client_mount_timeout',
+                        str(mount_timeout or self.mount_timeout))
         client.connect()
         return client

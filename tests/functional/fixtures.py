@@ -21,10 +21,6 @@ from tests import fakes
 TGTD_SOCKET_DIR = fakes.TGTD_SOCKET_DIR
 
 
-# Kept for callers that have not switched to tests.fakes yet.
-free_tcp_port = fakes.free_tcp_port
-
-
 def _wait(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -3,37 +3,35 @@
 Nothing is faked on the storage side: the module brings up its own Ceph
 (``tools/ceph-dev.sh up`` in a private directory, on free ports, with
 client.cinder allowed to lift blocklist entries), once per test process,
-and purges it at the end.  Cinder's API, scheduler and volume services
-run in-process (the harness of :mod:`tests.functional.base` without
-tgtd) and load ``cinder_forcedetach.drivers.rbd.RBDDriver``.
+and purges it at the end (:func:`tests.functional.ceph.get_cluster`).
+Cinder's API, scheduler and volume services run in-process (the harness
+of :mod:`tests.functional.base` without tgtd) and load
+``cinder_forcedetach.drivers.rbd.RBDDriver``.
 
 A "host" holding a volume is a real librbd client: a Python subprocess
-that opens the image from the attachment's connection_info (monitor
-addresses + user, as os-brick would) and writes numbered blocks in a loop,
-printing the result of each write.  Each compute host gets its own
-loopback address (127.0.0.11, 127.0.0.12, ...): a tiny LD_PRELOAD shim,
-compiled here with gcc, binds the client's sockets to it, so the driver
-sees the client at the address the host's connector names.  Without gcc
-every client is 127.0.0.1 and the multiattach test is skipped.
+(:class:`tests.functional.ceph.Writer`) that opens the image from the
+attachment's connection_info (monitor addresses + user, as os-brick
+would) and writes numbered blocks in a loop, printing the result of each
+write.  Each compute host gets its own loopback address (127.0.0.11,
+127.0.0.12, ...): a tiny LD_PRELOAD shim, compiled with gcc, binds the
+client's sockets to it, so the driver sees the client at the address the
+host's connector names.  Without gcc every client is 127.0.0.1 and the
+multiattach test is skipped.
 
 Set ``CINDER_FORCEDETACH_TEST_CEPH_DIR`` to use (and keep) a cluster made
 by ``tools/ceph-dev.sh`` in that directory instead.
 """
 
-import atexit
 import functools
 import json
 import os
-import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-import unittest
 import uuid
 
 from cinder import exception
@@ -44,15 +42,15 @@ import ddt
 import eventlet
 from oslo_config import cfg
 
-from cinder_forcedetach.ceph import cluster as ceph_cluster
 from cinder_forcedetach.ceph import fencing
 from cinder_forcedetach.ceph import images as ceph_images
 # Imported before flags are set, so that its options are registered.
 from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: F401
 from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach.flows import force_detach as flow
+from tests import fakes
 from tests.functional import base
-from tests.functional import fixtures as fd_fixtures
+from tests.functional import ceph
 
 try:
     import rados
@@ -63,382 +61,14 @@ except ImportError:  # pragma: no cover - depends on the host
 CONF = cfg.CONF
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-CEPH_DEV = os.path.join(REPO, 'tools', 'ceph-dev.sh')
 DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
 CRASH_EXIT = 77
-BLOCK = 4096
-HOST_IPS = {'compute1': '127.0.0.11', 'compute2': '127.0.0.12',
-            'compute3': '127.0.0.13'}
-
-# -- the cluster --------------------------------------------------------------
-
-
-def _free_port(addrs=('127.0.0.1', '127.0.0.2')):
-    """A TCP port free on all of *addrs* (the monitor may move)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(('127.0.0.1', 0))
-            port = s.getsockname()[1]
-        ok = True
-        for addr in addrs[1:]:
-            with socket.socket() as s:
-                try:
-                    s.bind((addr, port))
-                except OSError:
-                    ok = False
-        if ok:
-            return port
-    raise RuntimeError('no free port')
-
-
-class CephCluster(object):
-    """A tools/ceph-dev.sh cluster; started (and purged) by us or reused."""
-
-    def __init__(self):
-        reuse = os.environ.get('CINDER_FORCEDETACH_TEST_CEPH_DIR')
-        self.owned = not reuse
-        self.dir = reuse or os.path.join(
-            tempfile.gettempdir(),
-            'cinder-forcedetach-ceph-test-%d' % os.getpid())
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith('CEPH_')}
-        self.env['CEPH_DEV_DIR'] = self.dir
-        if self.owned:
-            self.env.update(
-                CEPH_DEV_OSD_SIZE='8G',
-                CEPH_DEV_CINDER_MON_CAPS='profile rbd, '
-                                         'allow command "osd blocklist"')
-            self.pick_ports()
-        self.up_seconds = None
-        self.shim = None
-
-    def pick_ports(self):
-        port1 = _free_port()
-        port2 = _free_port()
-        while port2 == port1:
-            port2 = _free_port()
-        self.env.update(CEPH_DEV_MON_PORT=str(port1),
-                        CEPH_DEV_MON_PORT_V2=str(port2))
-
-    def tool(self, *args, timeout=180):
-        return subprocess.run([CEPH_DEV] + list(args), env=self.env,
-                              capture_output=True, text=True,
-                              timeout=timeout)
-
-    def up(self):
-        t0 = time.monotonic()
-        res = self.tool('up')
-        for _retry in range(2 if self.owned else 0):
-            if not res.returncode:
-                break
-            # Another test process may have taken the ports we picked:
-            # start over on new ones.
-            self.tool('down', '--purge', timeout=60)
-            self.pick_ports()
-            res = self.tool('up')
-        if res.returncode:
-            raise RuntimeError('ceph-dev.sh up failed: %s' % res.stderr)
-        self.up_seconds = time.monotonic() - t0
-        self.read_env()
-
-    def read_env(self):
-        res = self.tool('env', timeout=30)
-        if res.returncode:
-            raise RuntimeError('ceph-dev.sh env failed: %s' % res.stderr)
-        values = {}
-        for line in res.stdout.splitlines():
-            key, _sep, value = line.replace('export ', '', 1).partition('=')
-            values[key] = value.strip("'\"")
-        self.conf = values['CEPH_CONF']
-        self.keyring = values['CEPH_KEYRING']
-        self.admin_keyring = values['CEPH_ADMIN_KEYRING']
-        self.user = values['CEPH_USER']
-        self.pool = values['CEPH_POOL']
-        self.images_pool = values['CEPH_IMAGES_POOL']
-        self.fsid = values['CEPH_FSID']
-        self.mon_host = values['CEPH_MON_HOST']
-        self.mon_port = values['CEPH_MON_PORT']
-
-    def down(self):
-        if self.owned:
-            self.tool('down', '--purge', timeout=60)
-        if self.shim:
-            shutil.rmtree(os.path.dirname(self.shim), ignore_errors=True)
-
-    def move_mon(self, addr):
-        res = self.tool('move-mon', addr)
-        if res.returncode:
-            raise RuntimeError('move-mon failed: %s' % res.stderr)
-        self.read_env()
-
-    def mon_pid(self):
-        with open(os.path.join(self.dir, 'run', 'mon.a.pid')) as f:
-            return int(f.read().split()[0])
-
-    def admin(self, *args):
-        """``ceph`` as client.admin (its keyring passed explicitly)."""
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith('CEPH_')}
-        return subprocess.run(
-            ['ceph', '-c', self.conf, '-n', 'client.admin', '-k',
-             self.admin_keyring, '--connect-timeout', '10'] + list(args),
-            env=env, capture_output=True, text=True, timeout=60)
-
-    def blocklist(self):
-        out = self.admin('osd', 'blocklist', 'ls', '--format', 'json')
-        return {e['addr'] for e in ceph_cluster.parse_json_prefix(out.stdout)}
-
-    @property
-    def cinder_key(self):
-        """The client.cinder key: only ever compared, never printed."""
-        with open(self.keyring) as f:
-            for line in f:
-                if line.strip().startswith('key'):
-                    return line.split('=', 1)[1].strip()
-        return None
-
-    def connect(self):
-        client = rados.Rados(rados_id=self.user, conffile=self.conf)
-        client.conf_set('client_mount_timeout', '10')
-        client.connect()
-        return client
-
-    def build_shim(self):
-        """The LD_PRELOAD bind shim (None without a C compiler)."""
-        cc = shutil.which('gcc') or shutil.which('cc')
-        if not cc:
-            return None
-        workdir = tempfile.mkdtemp(prefix='cfd-bindshim-')
-        src = os.path.join(workdir, 'bindshim.c')
-        with open(src, 'w') as f:
-            f.write(BIND_SHIM_C)
-        lib = os.path.join(workdir, 'bindshim.so')
-        res = subprocess.run([cc, '-shared', '-fPIC', '-O2', '-o', lib, src,
-                              '-ldl'], capture_output=True, text=True)
-        if res.returncode:
-            shutil.rmtree(workdir, ignore_errors=True)
-            return None
-        self.shim = lib
-        return lib
-
-
-# connect() binds the socket to $CFD_BIND_IP first: the client then talks
-# to the cluster from that loopback address, as a separate host would.
-BIND_SHIM_C = r'''
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-
-int connect(int fd, const struct sockaddr *addr, socklen_t len)
-{
-    static int (*real_connect)(int, const struct sockaddr *, socklen_t);
-    const char *ip = getenv("CFD_BIND_IP");
-    if (!real_connect)
-        real_connect = dlsym(RTLD_NEXT, "connect");
-    if (ip && addr && addr->sa_family == AF_INET) {
-        struct sockaddr_in src;
-        memset(&src, 0, sizeof(src));
-        src.sin_family = AF_INET;
-        if (inet_pton(AF_INET, ip, &src.sin_addr) == 1)
-            bind(fd, (struct sockaddr *)&src, sizeof(src));
-    }
-    return real_connect(fd, addr, len);
-}
-'''
-
-_CLUSTER = None
-_CLUSTER_ERROR = None
-
-
-def get_cluster():
-    """The module's cluster, brought up on first use (once per process)."""
-    global _CLUSTER, _CLUSTER_ERROR
-    if _CLUSTER_ERROR:
-        raise unittest.SkipTest(_CLUSTER_ERROR)
-    if _CLUSTER is None:
-        if rados is None or not shutil.which('ceph-mon'):
-            _CLUSTER_ERROR = ('Ceph is not installed (tools/install-ceph.sh '
-                              '.venv)')
-            raise unittest.SkipTest(_CLUSTER_ERROR)
-        cluster = CephCluster()
-        atexit.register(cluster.down)
-        cluster.up()
-        cluster.build_shim()
-        _CLUSTER = cluster
-    return _CLUSTER
+BLOCK = ceph.BLOCK
+HOST_IPS = ceph.HOST_IPS
 
 
 def tearDownModule():
-    global _CLUSTER
-    if _CLUSTER is not None:
-        _CLUSTER.down()
-        atexit.unregister(_CLUSTER.down)
-        _CLUSTER = None
-
-
-# -- a live librbd client -----------------------------------------------------
-
-# Opens the image from connection_info-like parameters and writes block
-# after block, each stamped with its sequence number, printing one line
-# per write: "OK seq t" or "ERR seq errno Name t".  It stops after 5 failed
-# writes in a row, or after `count` writes (then it closes the image).
-WRITER = r'''
-import json, sys, time
-import rados, rbd
-p = json.loads(sys.argv[1])
-conf = {'mon_host': p['mon_host'], 'keyring': p['keyring'],
-        'client_mount_timeout': p['mount_timeout']}
-client = rados.Rados(rados_id=p['user'], conf=conf)
-client.connect()
-ioctx = client.open_ioctx(p['pool'])
-image = rbd.Image(ioctx, p['image'])
-print('READY', client.get_addrs(), flush=True)
-failures = 0
-for seq in range(p['count']):
-    block = (p['tag'].encode() + b' seq=%08d ' % seq).ljust(512, b'.') * 8
-    try:
-        image.write(block, (p['base'] + seq) * 4096)
-        print('OK', seq, repr(time.time()), flush=True)
-        failures = 0
-    except Exception as err:
-        print('ERR', seq, getattr(err, 'errno', None), type(err).__name__,
-              repr(time.time()), flush=True)
-        failures += 1
-        if failures >= 5:
-            break
-    time.sleep(p['interval'])
-if not failures:
-    # a client done writing closes the image (its watch goes at once)
-    image.close()
-    ioctx.close()
-    client.shutdown()
-print('DONE', flush=True)
-'''
-
-
-def block_for(tag, seq):
-    return (tag.encode() + b' seq=%08d ' % seq).ljust(512, b'.') * 8
-
-
-class Writer(object):
-    """A subprocess holding an RBD image open and writing to it.
-
-    With the bind shim it talks to Ceph from *bind_ip*, by default the
-    address *host*'s connector names (HOST_IPS).
-    """
-
-    def __init__(self, cluster, info, host, tag='A', base=0, count=100000,
-                 interval=0.02, mount_timeout=10, bind_ip=None):
-        hosts, ports = info['hosts'], info['ports']
-        pool, image = info['name'].split('/', 1)
-        self.tag, self.base = tag, base
-        self.params = {
-            'mon_host': ','.join('%s:%s' % hp for hp in zip(hosts, ports)),
-            'keyring': cluster.keyring, 'user': info['auth_username'],
-            'pool': pool, 'image': image, 'tag': tag, 'base': base,
-            'count': count, 'interval': interval,
-            'mount_timeout': str(mount_timeout)}
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith('CEPH_')}
-        bind_ip = bind_ip or HOST_IPS.get(host)
-        if cluster.shim and bind_ip:
-            env.update(LD_PRELOAD=cluster.shim, CFD_BIND_IP=bind_ip)
-        self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, '-c', WRITER, json.dumps(self.params)],
-            stdout=subprocess.PIPE, stderr=self.stderr, env=env)
-        self.lines = []
-        self._buf = b''
-        self.addr = None
-        self.stopped = False
-        try:
-            self.wait_for(lambda: self.addr is not None, 3 * mount_timeout,
-                          'writer ready')
-        except AssertionError:
-            self.stop()
-            raise
-
-    def poll(self, timeout=0.0):
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while True:
-            left = max(0.0, deadline - time.monotonic())
-            ready, _w, _x = select.select([fd], [], [], left)
-            if not ready:
-                return
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return
-            self._buf += chunk
-            *complete, self._buf = self._buf.split(b'\n')
-            for line in complete:
-                parts = line.decode().split()
-                if parts and parts[0] == 'READY':
-                    self.addr = parts[1]
-                self.lines.append(parts)
-            if time.monotonic() >= deadline:
-                return
-
-    def wait_for(self, predicate, timeout, what):
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                self.stderr.seek(0)
-                raise AssertionError('timed out waiting for %s; writer '
-                                     'output %s, stderr %s' % (
-                                         what, self.lines[-5:],
-                                         self.stderr.read()[-2000:]))
-            if self.proc.poll() is not None and not self._readable():
-                self.poll(0.1)
-                if not predicate():
-                    raise AssertionError('writer exited (%s) before %s: %s'
-                                         % (self.proc.returncode, what,
-                                            self.lines[-5:]))
-            self.poll(0.05)
-
-    def _readable(self):
-        ready, _w, _x = select.select([self.proc.stdout.fileno()], [], [], 0)
-        return bool(ready)
-
-    def oks(self):
-        return [(int(p[1]), float(p[2])) for p in self.lines
-                if p[0] == 'OK']
-
-    def errs(self):
-        return [(int(p[1]), p[2], p[3], float(p[4])) for p in self.lines
-                if p[0] == 'ERR']
-
-    def wait_oks(self, n, timeout=20):
-        start = len(self.oks())
-        self.wait_for(lambda: len(self.oks()) >= start + n, timeout,
-                      '%d more successful writes' % n)
-
-    def wait_fenced(self, timeout=10):
-        self.wait_for(lambda: self.errs(), timeout, 'a failed write')
-        return self.errs()[0]
-
-    def finish(self, timeout=15):
-        """Let it run into its error limit (or kill it); read everything."""
-        try:
-            self.wait_for(lambda: self.lines and self.lines[-1][0] == 'DONE',
-                          timeout, 'writer done')
-        finally:
-            self.stop()
-
-    def stop(self):
-        if self.stopped:
-            return
-        self.stopped = True
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        self.poll(0.2)
-        self.stderr.close()
-        self.proc.stdout.close()
+    ceph.release_cluster()
 
 
 # -- the harness --------------------------------------------------------------
@@ -452,40 +82,6 @@ def connector_for(host, **extra):
     return connector
 
 
-class FakeImageService(object):
-    """Glance as Cinder's image code calls it.
-
-    Image data lives in Ceph (an ``rbd://`` location, read through librbd
-    as Glance's RBD store does), in a file (``file://``) or nowhere (data
-    served by download).
-    """
-
-    def __init__(self):
-        self.images = {}
-
-    def add(self, image_id, disk_format='raw', size=None, url=None,
-            reader=None):
-        self.images[image_id] = {
-            'meta': {'id': image_id, 'disk_format': disk_format,
-                     'container_format': 'bare', 'size': size,
-                     'status': 'active', 'properties': {}},
-            'url': url, 'reader': reader}
-
-    def show(self, context, image_id):
-        return dict(self.images[image_id]['meta'])
-
-    def get_location(self, context, image_id):
-        url = self.images[image_id]['url']
-        return url, ([{'url': url, 'metadata': {}}] if url else [])
-
-    def download(self, context, image_id, data=None):
-        chunks = self.images[image_id]['reader']()
-        if data is None:
-            return chunks
-        for chunk in chunks:
-            data.write(chunk)
-
-
 class RBDTestCase(base.CinderServicesTestCase):
     """Real Cinder services in-process on the real Ceph cluster."""
 
@@ -494,7 +90,7 @@ class RBDTestCase(base.CinderServicesTestCase):
     @classmethod
     def setUpClass(cls):
         super(RBDTestCase, cls).setUpClass()
-        cls.cluster = get_cluster()
+        cls.cluster = ceph.get_cluster()
 
     def setUp(self):
         super(RBDTestCase, self).setUp()
@@ -558,7 +154,7 @@ class RBDTestCase(base.CinderServicesTestCase):
         return connector_for(host)
 
     def writer(self, info, host, **kwargs):
-        w = Writer(self.cluster, info, host, **kwargs)
+        w = ceph.Writer(self.cluster, info, host, **kwargs)
         self.writers.append(w)
         w.wait_oks(3)
         return w
@@ -628,7 +224,7 @@ class RBDTestCase(base.CinderServicesTestCase):
         blocks = self.read_blocks(volume_id, writer.base,
                                   max(e[0] for e in errs) + 1)
         for s in range(last_ok + 1):
-            self.assertEqual(block_for(writer.tag, s), blocks[s],
+            self.assertEqual(ceph.block_for(writer.tag, s), blocks[s],
                              'acknowledged write %d lost' % s)
         # A write in flight as the fence landed may or may not be there;
         # every later one must not.
@@ -1045,7 +641,7 @@ class RefreshTestCase(RBDTestCase):
         self.addCleanup(self.cluster.move_mon, old_host)
 
         # A client given the stored connection_info cannot reach it.
-        self.assertRaises(AssertionError, Writer, self.cluster,
+        self.assertRaises(AssertionError, ceph.Writer, self.cluster,
                           self.stored_info(att['id']), 'compute1',
                           mount_timeout=3)
 
@@ -1097,7 +693,7 @@ class ISCSIRefreshTestCase(base.CinderTgtTestCase):
         vol = self.create_volume()
         att, info = self.attach(vol['id'], 'compute1')
         old = info['target_portal']
-        new = '127.0.0.1:%d' % fd_fixtures.free_tcp_port()
+        new = '127.0.0.1:%d' % fakes.free_tcp_port()
         self.tgtd.tgtadm('--op', 'new', '--mode', 'portal', '--param',
                          'portal=' + new)
         self.tgtd.tgtadm('--op', 'delete', '--mode', 'portal', '--param',
@@ -1132,8 +728,7 @@ class ImageTestCase(RBDTestCase):
         # privsep: run it in-process (we are root)
         cinder.privsep.sys_admin_pctxt.set_client_mode(False)
         self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode, True)
-        self.images = FakeImageService()
-        self.images.temp_images = None      # as Glance's (TemporaryImages)
+        self.images = fakes.FakeImageService()
         self.commands = []
         real = self.driver._execute
 
@@ -1146,7 +741,7 @@ class ImageTestCase(RBDTestCase):
         """A sparse pattern: a few stamped blocks, the rest holes."""
         data = bytearray(self.IMAGE_MB * 1024 * 1024)
         for i in range(0, len(data) // BLOCK, 97):
-            data[i * BLOCK:(i + 1) * BLOCK] = block_for('IMG', i)
+            data[i * BLOCK:(i + 1) * BLOCK] = ceph.block_for('IMG', i)
         return bytes(data)
 
     def rbd_image(self, data, fmt='raw'):
@@ -1457,18 +1052,11 @@ class ImageTestCase(RBDTestCase):
 
     def test_copy_volume_to_image_and_back(self):
         vol_id = self.volume_with_old_data()
-        uploaded = {}
-
-        class Uploads(FakeImageService):
-            def update(self, context, image_id, meta, data, **kwargs):
-                uploaded[image_id] = b''.join(iter(lambda: data.read(
-                    1 << 20), b''))
-
-        images = Uploads()
-        image_id = str(uuid.uuid4())
-        images.add(image_id)
+        images = fakes.FakeImageService()
+        image_id = images.add()
         self.driver.copy_volume_to_image(self.ctxt, self.db_volume(vol_id),
                                          images, images.show(None, image_id))
+        uploaded = images.uploads
         self.assertEqual(1 << 30, len(uploaded[image_id]))
         self.assertEqual(b'OLD!' * 1024, uploaded[image_id][:BLOCK])
         self.assertEqual([], self.commands)
