@@ -1,0 +1,364 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Cinder's API, scheduler and volume service in-process, on a vendor driver.
+
+Built on Cinder's own functional harness
+(``cinder.tests.functional.functional_helpers._FunctionalTestBase``, which
+ships in the ``cinder`` wheel): the WSGI API, the scheduler and one volume
+service run in this process over oslo.messaging's ``fake:/`` transport,
+with a SQLite database file and real tooz file locks.  The volume service
+loads the :class:`Target`'s driver with the target's backend options, set
+in Cinder's ``[backend_defaults]`` group, which is where a volume service
+without ``enabled_backends`` reads its driver's configuration.
+
+A :class:`Target` comes from a ``cinder.conf`` section
+(:meth:`Target.from_config`) or from a dict (our CI).
+"""
+
+import configparser
+import hashlib
+import os
+import sys
+import tempfile
+import time
+
+from cinder import context
+from cinder.db import migration
+from cinder import objects
+import cinder.privsep
+from cinder.tests.functional import functional_helpers
+from cinder.tests.unit import test as cinder_test
+from cinder.volume import configuration
+import fixtures
+from oslo_config import cfg
+import sqlalchemy
+
+from cinder_forcedetach.conformance import probe as probe_mod
+from cinder_forcedetach import mixin
+
+CONF = cfg.CONF
+BACKEND = configuration.SHARED_CONF_GROUP
+PROTOCOLS = ('iscsi', 'fc', 'rbd')
+CAPABILITIES = ('multiattach', 'fencing') + PROTOCOLS
+# Options of a backend section the harness sets itself or that make no
+# sense in one in-process volume service.
+SKIPPED_OPTIONS = ('volume_driver', 'enabled_backends', 'backend_host')
+_PROTOCOL_NAMES = {'iscsi': 'iscsi', 'fc': 'fc', 'fibre_channel': 'fc',
+                   'rbd': 'rbd', 'ceph': 'rbd'}
+
+
+def normalize_protocol(value):
+    """'iSCSI', 'FC', 'ceph', ... -> 'iscsi', 'fc', 'rbd' (or None)."""
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    if not value:
+        return None
+    return _PROTOCOL_NAMES.get(str(value).lower().replace(' ', '_'))
+
+
+def parse_capabilities(value):
+    """'multiattach,fencing,fc' / a set / a dict -> a capability dict.
+
+    Keys: ``multiattach`` and ``fencing`` (bool), ``protocol``
+    ('iscsi', 'fc' or 'rbd').  A name prefixed with ``no-`` declares the
+    capability absent; ``protocol=fc`` is accepted as well as ``fc``.
+    """
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        caps = dict(value)
+        if 'protocol' in caps:
+            caps['protocol'] = normalize_protocol(caps['protocol'])
+        return caps
+    if isinstance(value, str):
+        value = [v for v in value.replace(' ', '').split(',') if v]
+    caps = {}
+    for name in value:
+        name = name.lower()
+        if name.startswith('protocol='):
+            name = name.split('=', 1)[1]
+        absent = name.startswith('no-')
+        name = name[3:] if absent else name
+        if normalize_protocol(name):
+            caps['protocol'] = normalize_protocol(name)
+        elif name in ('multiattach', 'fencing'):
+            caps[name] = not absent
+        else:
+            raise ValueError('unknown capability %r (known: %s)' % (
+                name, ', '.join(CAPABILITIES)))
+    return caps
+
+
+def default_connector(host, protocol):
+    """The connector os-brick would build on *host* for *protocol*."""
+    digest = hashlib.sha256(host.encode()).hexdigest()
+    connector = {'host': host, 'ip': '127.0.0.1', 'platform': 'x86_64',
+                 'os_type': 'linux', 'multipath': False}
+    if protocol == 'iscsi':
+        connector['initiator'] = (
+            'iqn.2026-11.org.cinder-forcedetach.conformance:%s' % host)
+    elif protocol == 'fc':
+        connector['wwpns'] = ['2100%s%d' % (digest[:11], i)
+                              for i in range(2)]
+        connector['wwnns'] = ['2000%s%d' % (digest[:11], i)
+                              for i in range(2)]
+    return connector
+
+
+class Target(object):
+    """What the kit runs against: a driver, its options, its probe.
+
+    :param driver: the driver class or its ``module.Class`` path.
+    :param options: backend options (name -> value; strings are converted
+        to the option's type, as from a configuration file).
+    :param probe: an :class:`~.probe.AccessProbe` instance, class or path.
+    :param capabilities: what the driver declares (see
+        :func:`parse_capabilities`); undeclared ones come from the class
+        attribute ``conformance_capabilities``, then from the driver
+        (``protocol``, whether ``fence_clients`` is overridden, the
+        ``multiattach`` of its volume stats).
+    :param connector_factory: ``f(host_name, protocol) -> connector``
+        (default: :func:`default_connector`).
+    :param extra_flags: more Cinder flags, as ``_get_flags`` returns them
+        (``{name: {'v': value, 'g': group}}``), e.g. the zone manager's.
+    :param privsep_in_process: run ``cinder.privsep.sys_admin_pctxt`` in
+        this process (Cinder's harness cannot start a privsep daemon);
+        default: when running as root.
+    """
+
+    def __init__(self, driver, options=None, probe=None, capabilities=None,
+                 connector_factory=None, extra_flags=None, name=None,
+                 privsep_in_process=None):
+        self.driver = driver
+        self.options = dict(options or {})
+        self.probe = probe
+        self.declared = parse_capabilities(capabilities)
+        self.connector_factory = connector_factory or default_connector
+        self.extra_flags = dict(extra_flags or {})
+        self.name = name
+        self.privsep_in_process = (os.geteuid() == 0
+                                   if privsep_in_process is None
+                                   else privsep_in_process)
+        self.ignored_options = []
+        #: the capabilities of the last run (with the driver's stats).
+        self.resolved = None
+
+    @classmethod
+    def from_config(cls, path, backend, driver=None, **kwargs):
+        """A target from section *backend* of the cinder.conf at *path*.
+
+        The section's ``volume_driver`` is used when *driver* is None.
+        """
+        parser = configparser.RawConfigParser(strict=False)
+        parser.optionxform = str
+        if not parser.read(path):
+            raise ValueError('cannot read %s' % path)
+        if not parser.has_section(backend):
+            raise ValueError('%s has no section [%s] (sections: %s)' % (
+                path, backend, ', '.join(parser.sections())))
+        options = dict(parser.items(backend))
+        driver = driver or options.get('volume_driver')
+        if not driver:
+            raise ValueError('no driver: give --driver or set volume_driver '
+                             'in [%s]' % backend)
+        options.setdefault('volume_backend_name', backend)
+        return cls(driver, options, name=kwargs.pop('name', backend),
+                   **kwargs)
+
+    # -- resolution --------------------------------------------------------
+
+    @property
+    def driver_class(self):
+        if isinstance(self.driver, str):
+            self.driver = probe_mod.load_class(self.driver)
+        return self.driver
+
+    @property
+    def driver_path(self):
+        cls = self.driver_class
+        return '%s.%s' % (cls.__module__, cls.__qualname__)
+
+    def get_probe(self):
+        if self.probe is None:
+            raise ValueError('no probe: give --probe module.Class')
+        self.probe = probe_mod.load(self.probe)
+        return self.probe
+
+    def capabilities(self, driver=None):
+        """The capability dict: declared, class attribute, then derived."""
+        cls = self.driver_class
+        caps = parse_capabilities(getattr(cls, 'conformance_capabilities',
+                                          None))
+        caps.update(self.declared)
+        if 'protocol' not in caps:
+            caps['protocol'] = normalize_protocol(
+                getattr(cls, 'protocol', None) or
+                getattr(cls, 'storage_protocol', None))
+        if 'fencing' not in caps:
+            caps['fencing'] = (getattr(cls, 'fence_clients', None) is not
+                               mixin.ForceDetachMixin.fence_clients)
+        if 'multiattach' not in caps and driver is not None:
+            stats = driver.get_volume_stats(refresh=False) or {}
+            caps['multiattach'] = bool(stats.get('multiattach'))
+        return caps
+
+    def register_options(self):
+        """Register the driver's options in the backend group.
+
+        Returns the flags (``_get_flags`` form) that set the target's
+        options; records options no one registered in
+        :attr:`ignored_options`.
+        """
+        cls = self.driver_class
+        get_opts = getattr(cls, 'get_driver_options', None)
+        for opt in (get_opts() if get_opts else []):
+            try:
+                CONF.register_opt(opt, group=BACKEND)
+            except cfg.DuplicateOptError:
+                pass
+        flags, self.ignored_options = {}, []
+        for name, value in sorted(self.options.items()):
+            if name in SKIPPED_OPTIONS:
+                continue
+            if name in CONF[BACKEND]:
+                flags[name] = {'v': value, 'g': BACKEND}
+            elif name in CONF:
+                flags[name] = {'v': value}
+            else:
+                self.ignored_options.append(name)
+        return flags
+
+    def __str__(self):
+        return self.name or self.driver_path
+
+
+class CinderHarness(functional_helpers._FunctionalTestBase):
+    """Cinder API + scheduler + volume service loading ``target``'s driver.
+
+    A subclass sets the class attribute ``target`` (a :class:`Target`).
+    The database is a SQLite file, as in our functional tests.
+    """
+
+    MOCK_TOOZ = False
+    _osapi_version = '3.70'
+    _vol_type_name = 'conformance'
+    target = None
+
+    def setUp(self):
+        if self.target is None:
+            raise ValueError('%s has no target' % type(self).__name__)
+        self._use_database_file()
+        if self.target.privsep_in_process:
+            cinder.privsep.sys_admin_pctxt.set_client_mode(False)
+            self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode,
+                            True)
+        super(CinderHarness, self).setUp()
+        self.api.create_type(self._vol_type_name)
+        self.driver = self.volume.manager.driver
+        self.ctxt = context.get_admin_context()
+        self.probe = self.target.get_probe()
+        self.caps = self.target.capabilities(self.driver)
+        self.target.resolved = dict(self.caps)
+
+    def _use_database_file(self):
+        if not cinder_test.DB_SCHEMA:
+            # Cache the schema from a scratch in-memory database: Cinder's
+            # fixture would migrate the test database itself.
+            engine = sqlalchemy.create_engine('sqlite://')
+            migration.db_sync(engine=engine)
+            with engine.connect() as conn:
+                cinder_test.DB_SCHEMA = ''.join(conn.connection.iterdump())
+            engine.dispose()
+        path = os.path.join(tempfile.gettempdir(),
+                            'cinder-forcedetach-conformance-%d.sqlite' %
+                            os.getpid())
+        if os.path.exists(path):
+            os.unlink(path)
+        CONF.set_override('connection', 'sqlite:///' + path, 'database')
+        self.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
+
+    def _get_flags(self):
+        f = super(CinderHarness, self)._get_flags()
+        f['default_volume_type'] = {'v': self._vol_type_name}
+        f['volume_driver'] = {'v': self.target.driver_path, 'g': BACKEND}
+        f.update(self.target.register_options())
+        f.update(self.target.extra_flags)
+        return f
+
+    def _start_api_service(self):
+        # pip installs api-paste.ini under <venv>/etc, not next to cinder/.
+        paste = os.path.join(sys.prefix, 'etc', 'cinder', 'api-paste.ini')
+        if not os.path.exists(paste):
+            return super(CinderHarness, self)._start_api_service()
+        with fixtures.MonkeyPatch('os.path.abspath', lambda p: paste
+                                  if p.endswith('api-paste.ini') else
+                                  os.path.normpath(p)):
+            super(CinderHarness, self)._start_api_service()
+
+    # -- Cinder, as Nova drives it ------------------------------------------
+
+    def connector(self, host):
+        return self.target.connector_factory(host, self.caps.get('protocol'))
+
+    def wait_volume(self, volume_id, statuses, timeout=60):
+        deadline = time.monotonic() + timeout
+        while True:
+            vol = self.api.get_volume(volume_id)
+            if vol['status'] in statuses or time.monotonic() > deadline:
+                return vol
+            time.sleep(0.05)
+
+    def create_volume(self, multiattach=False, size=1):
+        body = {'size': size}
+        if multiattach:
+            body['volume_type'] = self.multiattach_type()
+        vol = self.api.post_volume({'volume': body})
+        vol = self.wait_volume(vol['id'], ('available', 'error'))
+        if vol['status'] != 'available':
+            raise RuntimeError('volume %s is %s after create' % (
+                vol['id'], vol['status']))
+        return vol['id']
+
+    def multiattach_type(self, name='conformance-multiattach'):
+        types = [t['name'] for t in self.api.api_get('/types')['volume_types']]
+        if name not in types:
+            self.api.api_post('/types', {'volume_type': {
+                'name': name, 'extra_specs': {'multiattach': '<is> True'}}})
+        return name
+
+    def reserve(self, volume_id):
+        return self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': volume_id}})['attachment']
+
+    def update_attachment(self, attachment_id, connector):
+        return self.api.api_put('/attachments/%s' % attachment_id,
+                                {'attachment': {'connector': connector}})
+
+    def attach(self, volume_id, host):
+        """Attachment create + os-complete for *host*; the attachment."""
+        att = self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': volume_id,
+            'connector': self.connector(host)}})['attachment']
+        self.api.api_post('/attachments/%s/action' % att['id'],
+                          {'os-complete': {}}, check_response_status=[204])
+        return att
+
+    def db_volume(self, volume_id):
+        return objects.Volume.get_by_id(self.ctxt, volume_id)
+
+    def db_state(self, volume_id):
+        """What Cinder's database says of the volume and its attachments."""
+        vol = self.db_volume(volume_id)
+        return (vol.status, vol.attach_status,
+                sorted((a.id, a.attach_status)
+                       for a in vol.volume_attachment))

@@ -1,0 +1,514 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The conformance checks: one test per check, named after its rule.
+
+========  ===============================================================
+rule      what the driver must guarantee
+========  ===============================================================
+R1        every hook run again gives the same end state (each step run
+          10 times: revoke one host, revoke every host, remove_export,
+          fence_clients when the driver fences)
+R2        ``revoke_host_access(volume, None)`` tears down every host;
+          after ``remove_export`` nothing is exported
+R3        a host Cinder keeps keeps its access (multiattach)
+R4        a hook that fails leaves Cinder's database unchanged, and the
+          error names the step
+R5        a crash after any step's backend call, then a re-run, converges
+R6        bad connectors are refused, through Cinder's API, before
+          anything is exported
+R7        the probe says a detached host lost its access
+========  ===============================================================
+
+A check is ``test_R<n>_<what>``; its failure message starts with the
+rule (``R1 idempotent revoke_host_access(one host): call 2/10 raised
+...``).  A check the driver's capabilities exclude is skipped with a
+reason starting ``n/a (capability``.
+"""
+
+import fixtures
+
+from cinder.tests.functional.api import client
+from cinder_forcedetach.conformance import harness
+from cinder_forcedetach import exception as fd_exception
+
+REPEAT = 10
+HOST1 = 'conformance-host1'
+HOST2 = 'conformance-host2'
+
+RULES = {
+    'R1': 'idempotent hooks',
+    'R2': 'connector None tears down every host',
+    'R3': 'a host Cinder keeps keeps its access',
+    'R4': 'a failed hook leaves the DB unchanged and names its step',
+    'R5': 'crash at any step, then re-run converges',
+    'R6': 'bad connectors refused before anything is exported',
+    'R7': 'a detached host loses access',
+}
+
+# The flow's task that calls each hook (ForceDetachFailed names it).
+STEPS = {'revoke_host_access': 'RevokeHostAccessTask',
+         'fence_clients': 'FenceClientsTask',
+         'remove_export': 'RemoveExportTask'}
+
+HOSTILE_COMMON = (
+    {'host': 'conformance-bad\ninitiator-address=ALL'},
+    {'host': 'conformance-bad,initiator-address=ALL'},
+)
+HOSTILE = {
+    'iscsi': (
+        {'initiator': 'iqn.2004-10.com.x:a,initiator-address=ALL'},
+        {'initiator': 'ALL'},
+        {'initiator': 'iqn.2004-10.com.x:b\ninitiator-address=ALL'},
+        {'initiator': 'iqn.2004-10.com.x:c initiator-address=ALL'},
+        {'initiator': ''},
+    ),
+    'fc': (
+        {'wwpns': ['50014380186af83c,initiator-address=ALL']},
+        {'wwpns': ['ALL']},
+        {'wwpns': ['zz00000000000000']},
+        {'wwpns': ['5001438018\n6af83c']},
+        {'wwpns': '50014380186af83c'},
+        {'wwpns': []},
+    ),
+    'rbd': (
+        {'ip': 'ALL'},
+        {'ip': '127.0.0.1\n0.0.0.0/0'},
+    ),
+}
+
+
+class InjectedFault(Exception):
+    """R4: the fault the kit injects into a hook."""
+
+
+class SimulatedCrash(Exception):
+    """R5: raised right after a hook's backend call has run."""
+
+
+def _describe(err):
+    text = str(err).strip().splitlines()
+    return '%s: %s' % (type(err).__name__, text[0] if text else '')
+
+
+class ConformanceChecks(harness.CinderHarness):
+    """Every check; a subclass (see :func:`case_class`) sets ``target``."""
+
+    rule = None
+
+    # -- helpers -------------------------------------------------------------
+
+    def fail_rule(self, message):
+        self.fail('%s: %s' % (self.rule, message))
+
+    def expect(self, condition, message):
+        if not condition:
+            self.fail_rule(message)
+
+    def call(self, what, fn, *args, **kwargs):
+        """Run a hook; a raise fails the check, naming the rule and hook."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:
+            self.fail_rule('%s raised %s' % (what, _describe(err)))
+
+    def need(self, capability):
+        if not self.caps.get(capability):
+            self.skipTest('n/a (capability: the driver does not declare '
+                          '%s)' % capability)
+
+    def access(self, volume_id, host):
+        return bool(self.probe.host_has_access(
+            self.driver, self.db_volume(volume_id), self.connector(host)))
+
+    def exported(self, volume_id):
+        return bool(self.probe.exported(self.driver,
+                                        self.db_volume(volume_id)))
+
+    def new_volume(self, multiattach=False):
+        volume_id = self.create_volume(multiattach=multiattach)
+        self.addCleanup(self._cleanup_backend, volume_id)
+        return volume_id
+
+    def _cleanup_backend(self, volume_id):
+        """Best effort: leave the vendor's backend as we found it."""
+        volume = self.db_volume(volume_id)
+        for step in (lambda: self.driver.revoke_host_access(volume, None),
+                     lambda: self.driver.remove_export(self.ctxt, volume),
+                     lambda: self.driver.delete_volume(volume)):
+            try:
+                step()
+            except Exception:
+                pass
+
+    def attached(self, hosts=(HOST1,)):
+        """A volume attached through Cinder's API to *hosts*.
+
+        Returns ``(volume_id, {host: attachment})``; checks the probe
+        sees every host's access (else the probe or the driver is wrong
+        and no check could mean anything).
+        """
+        volume_id = self.new_volume(multiattach=len(hosts) > 1)
+        attachments = {}
+        for host in hosts:
+            try:
+                attachments[host] = self.attach(volume_id, host)
+            except Exception as err:
+                self.fail_rule('precondition: attaching %s through Cinder\'s '
+                               'API failed: %s' % (host, _describe(err)))
+        for host in hosts:
+            self.expect(self.access(volume_id, host),
+                        'precondition: the probe says %s has no access right '
+                        'after its attachment (probe or '
+                        'initialize_connection wrong)' % host)
+        self.expect(self.exported(volume_id), 'precondition: the probe says '
+                    'the attached volume is not exported')
+        return volume_id, attachments
+
+    def hosts_for(self):
+        return (HOST1, HOST2) if self.caps.get('multiattach') else (HOST1,)
+
+    def repeat(self, what, fn, state):
+        """Run *fn* REPEAT times; every end state equals the first."""
+        first = None
+        for n in range(1, REPEAT + 1):
+            try:
+                result = fn()
+            except Exception as err:
+                self.fail_rule('call %d/%d of %s raised %s' % (
+                    n, REPEAT, what, _describe(err)))
+            now = (result, state())
+            if first is None:
+                first = now
+            elif now != first:
+                self.fail_rule('call %d/%d of %s ended in %r, call 1 in %r'
+                               % (n, REPEAT, what, now, first))
+        return first
+
+    def assert_detached(self, volume_id, hosts):
+        vol = self.db_volume(volume_id)
+        self.expect((vol.status, vol.attach_status) ==
+                    ('available', 'detached') and
+                    not vol.volume_attachment,
+                    'volume is %s/%s with %d attachment(s), wanted '
+                    'available/detached' % (vol.status, vol.attach_status,
+                                            len(vol.volume_attachment)))
+        for host in hosts:
+            self.expect(not self.access(volume_id, host),
+                        'the probe says %s still has access' % host)
+        self.expect(not self.exported(volume_id),
+                    'the probe says the volume is still exported')
+
+    # -- R1 -------------------------------------------------------------------
+
+    def test_R1_idempotent_revoke_one_host(self):
+        self.rule = 'R1 idempotent revoke_host_access(one host)'
+        volume_id, _atts = self.attached()
+        volume = self.db_volume(volume_id)
+        connector = self.connector(HOST1)
+        result, (access, _exported) = self.repeat(
+            'revoke_host_access(volume, %s)' % HOST1,
+            lambda: self.driver.revoke_host_access(volume, connector),
+            lambda: (self.access(volume_id, HOST1),
+                     self.exported(volume_id)))
+        self.expect(not access, 'the probe says %s kept its access' % HOST1)
+
+    def test_R1_idempotent_revoke_every_host(self):
+        self.rule = 'R1 idempotent revoke_host_access(None)'
+        hosts = self.hosts_for()
+        volume_id, _atts = self.attached(hosts)
+        volume = self.db_volume(volume_id)
+        self.repeat('revoke_host_access(volume, None)',
+                    lambda: self.driver.revoke_host_access(volume, None),
+                    lambda: tuple(self.access(volume_id, h) for h in hosts))
+
+    def test_R1_idempotent_remove_export(self):
+        self.rule = 'R1 idempotent remove_export'
+        volume_id, _atts = self.attached()
+        volume = self.db_volume(volume_id)
+        self.call('revoke_host_access(volume, None)',
+                  self.driver.revoke_host_access, volume, None)
+        self.repeat('remove_export',
+                    lambda: self.driver.remove_export(self.ctxt, volume),
+                    lambda: (self.exported(volume_id),
+                             self.access(volume_id, HOST1)))
+
+    def test_R1_idempotent_fence_clients(self):
+        self.rule = 'R1 idempotent fence_clients'
+        self.need('fencing')
+        volume_id, _atts = self.attached()
+        volume = self.db_volume(volume_id)
+        connector = self.connector(HOST1)
+        self.call('revoke_host_access(volume, %s)' % HOST1,
+                  self.driver.revoke_host_access, volume, connector)
+        _result, access = self.repeat(
+            'fence_clients(volume, [%s], [])' % HOST1,
+            lambda: sorted(self.driver.fence_clients(volume, [connector],
+                                                     []) or []),
+            lambda: self.access(volume_id, HOST1))
+        self.expect(not access, 'the probe says %s kept its access after '
+                    'fence_clients' % HOST1)
+
+    # -- R2 -------------------------------------------------------------------
+
+    def test_R2_revoke_none_tears_down_every_host(self):
+        self.rule = 'R2 connector None tears down every host'
+        hosts = self.hosts_for()
+        volume_id, _atts = self.attached(hosts)
+        volume = self.db_volume(volume_id)
+        self.call('revoke_host_access(volume, None)',
+                  self.driver.revoke_host_access, volume, None)
+        for host in hosts:
+            self.expect(not self.access(volume_id, host),
+                        'after revoke_host_access(volume, None) the probe '
+                        'says %s still has access' % host)
+        self.call('remove_export', self.driver.remove_export, self.ctxt,
+                  volume)
+        self.expect(not self.exported(volume_id), 'after revoke_host_access'
+                    '(volume, None) and remove_export the probe says the '
+                    'backend still exports the volume')
+
+    def test_R2_force_detach_every_host(self):
+        self.rule = 'R2 connector None tears down every host'
+        hosts = self.hosts_for()
+        volume_id, _atts = self.attached(hosts)
+        self.call('force_detach(volume) (no connector, no attachment)',
+                  self.driver.force_detach, self.ctxt,
+                  self.db_volume(volume_id))
+        self.assert_detached(volume_id, hosts)
+
+    # -- R3 -------------------------------------------------------------------
+
+    def _assert_host2_kept(self, volume_id, att2):
+        self.expect(not self.access(volume_id, HOST1),
+                    'the probe says %s still has access' % HOST1)
+        self.expect(self.access(volume_id, HOST2), 'the probe says %s, '
+                    'whose attachment Cinder keeps, lost its access' % HOST2)
+        self.expect(self.exported(volume_id), 'the probe says the volume '
+                    'is no longer exported while %s keeps it' % HOST2)
+        vol = self.db_volume(volume_id)
+        self.expect(vol.status == 'in-use' and
+                    [a.id for a in vol.volume_attachment] == [att2['id']],
+                    'Cinder has %s with attachments %s, wanted in-use with '
+                    '%s only' % (vol.status,
+                                 [a.id for a in vol.volume_attachment],
+                                 att2['id']))
+
+    def test_R3_force_detach_one_host_keeps_the_other(self):
+        self.rule = 'R3 a host Cinder keeps keeps its access'
+        self.need('multiattach')
+        volume_id, atts = self.attached((HOST1, HOST2))
+        self.call('force_detach(volume, connector=%s)' % HOST1,
+                  self.driver.force_detach, self.ctxt,
+                  self.db_volume(volume_id), self.connector(HOST1))
+        self._assert_host2_kept(volume_id, atts[HOST2])
+
+    def test_R3_attachment_delete_keeps_the_other(self):
+        self.rule = 'R3 a host Cinder keeps keeps its access'
+        self.need('multiattach')
+        volume_id, atts = self.attached((HOST1, HOST2))
+        try:
+            self.api.api_delete('/attachments/%s' % atts[HOST1]['id'])
+        except Exception as err:
+            self.fail_rule('DELETE /attachments/<%s> (Cinder\'s own '
+                           'terminate_connection) failed: %s' % (
+                               HOST1, _describe(err)))
+        self._assert_host2_kept(volume_id, atts[HOST2])
+
+    # -- R4 -------------------------------------------------------------------
+
+    def _hook_attr(self, hook):
+        # The flow calls remove_export through remove_export_unlocked (the
+        # mixin wraps remove_export in the volume's lock).
+        if hook == 'remove_export' and hasattr(self.driver,
+                                               'remove_export_unlocked'):
+            return 'remove_export_unlocked'
+        return hook
+
+    def _fault(self, hook):
+        self.rule = 'R4 failed %s leaves the DB unchanged' % hook
+        volume_id, atts = self.attached()
+        before = self.db_state(volume_id)
+        attr = self._hook_attr(hook)
+
+        def failing(*args, **kwargs):
+            raise InjectedFault('fault injected into %s' % hook)
+
+        patch = _InstancePatch(self.driver, attr, failing)
+        patch.setUp()
+        try:
+            self.driver.force_detach(self.ctxt, self.db_volume(volume_id),
+                                     attachment_id=atts[HOST1]['id'])
+        except fd_exception.ForceDetachFailed as err:
+            step = err.kwargs.get('step')
+            self.expect(step == STEPS[hook] and STEPS[hook] in str(err),
+                        'ForceDetachFailed names step %r (%s), wanted %s' % (
+                            step, err, STEPS[hook]))
+        except Exception as err:
+            self.fail_rule('force_detach raised %s, not ForceDetachFailed '
+                           'naming %s' % (_describe(err), STEPS[hook]))
+        else:
+            self.fail_rule('force_detach succeeded although %s failed' %
+                           hook)
+        finally:
+            patch.cleanUp()
+        after = self.db_state(volume_id)
+        self.expect(before == after, 'Cinder\'s database changed: %r -> %r'
+                    % (before, after))
+
+    def test_R4_fault_in_revoke_host_access(self):
+        self._fault('revoke_host_access')
+
+    def test_R4_fault_in_fence_clients(self):
+        self._fault('fence_clients')
+
+    def test_R4_fault_in_remove_export(self):
+        self._fault('remove_export')
+
+    # -- R5 -------------------------------------------------------------------
+
+    def _crash(self, hook):
+        self.rule = 'R5 crash after %s, then re-run' % hook
+        volume_id, atts = self.attached()
+        attr = self._hook_attr(hook)
+        original = getattr(self.driver, attr)
+
+        def crashing(*args, **kwargs):
+            original(*args, **kwargs)
+            raise SimulatedCrash('crash after %s' % hook)
+
+        patch = _InstancePatch(self.driver, attr, crashing)
+        patch.setUp()
+        try:
+            self.driver.force_detach(self.ctxt, self.db_volume(volume_id),
+                                     attachment_id=atts[HOST1]['id'])
+        except Exception:
+            pass
+        else:
+            self.fail_rule('force_detach did not stop at the crash after %s'
+                           % hook)
+        finally:
+            patch.cleanUp()
+        self.call('re-run force_detach', self.driver.force_detach,
+                  self.ctxt, self.db_volume(volume_id),
+                  attachment_id=atts[HOST1]['id'])
+        self.assert_detached(volume_id, (HOST1,))
+
+    def test_R5_crash_after_revoke_host_access(self):
+        self._crash('revoke_host_access')
+
+    def test_R5_crash_after_fence_clients(self):
+        self._crash('fence_clients')
+
+    def test_R5_crash_after_remove_export(self):
+        self._crash('remove_export')
+
+    # -- R6 -------------------------------------------------------------------
+
+    def hostile_connectors(self):
+        fields = HOSTILE_COMMON + HOSTILE.get(self.caps.get('protocol'), ())
+        for extra in fields:
+            connector = self.connector(HOST1)
+            connector.update(extra)
+            yield connector, extra
+
+    def _refused(self, volume_id, extra, send):
+        try:
+            send()
+        except client.OpenStackApiException as err:
+            status = err.response.status_code
+            self.expect(status in (400, 500), 'connector %r got HTTP %s' % (
+                extra, status))
+        else:
+            self.fail_rule('Cinder\'s API accepted connector %r' % (extra,))
+        bad = self.connector(HOST1)
+        bad.update(extra)
+        volume = self.db_volume(volume_id)
+        self.expect(not self.probe.exported(self.driver, volume),
+                    'after connector %r was refused the probe says the '
+                    'volume is exported' % (extra,))
+        self.expect(not self.probe.host_has_access(self.driver, volume, bad),
+                    'after connector %r was refused the probe says that '
+                    'host has access' % (extra,))
+
+    def test_R6_attachment_create_refuses_bad_connectors(self):
+        self.rule = 'R6 bad connector refused (attachment create)'
+        for connector, extra in self.hostile_connectors():
+            volume_id = self.new_volume()
+            self._refused(volume_id, extra, lambda: self.api.api_post(
+                '/attachments', {'attachment': {'volume_uuid': volume_id,
+                                                'connector': connector}}))
+
+    def test_R6_attachment_update_refuses_bad_connectors(self):
+        self.rule = 'R6 bad connector refused (attachment update)'
+        volume_id = self.new_volume()
+        att = self.reserve(volume_id)
+        for connector, extra in self.hostile_connectors():
+            self._refused(volume_id, extra, lambda: self.update_attachment(
+                att['id'], connector))
+
+    # -- R7 -------------------------------------------------------------------
+
+    def test_R7_force_detach_by_connector(self):
+        self.rule = 'R7 detached host loses access (by connector)'
+        volume_id, _atts = self.attached()
+        self.call('force_detach(volume, connector=%s)' % HOST1,
+                  self.driver.force_detach, self.ctxt,
+                  self.db_volume(volume_id), self.connector(HOST1))
+        self.expect(not self.access(volume_id, HOST1),
+                    'the probe says %s still has access' % HOST1)
+
+    def test_R7_force_detach_by_attachment_id(self):
+        self.rule = 'R7 detached host loses access (by attachment id)'
+        volume_id, atts = self.attached()
+        self.call('force_detach(volume, attachment_id=<%s>)' % HOST1,
+                  self.driver.force_detach, self.ctxt,
+                  self.db_volume(volume_id),
+                  attachment_id=atts[HOST1]['id'])
+        self.assert_detached(volume_id, (HOST1,))
+
+
+class _InstancePatch(fixtures.Fixture):
+    """Replace one attribute of one driver instance, then restore it."""
+
+    def __init__(self, obj, attr, value):
+        super(_InstancePatch, self).__init__()
+        self.obj, self.attr, self.value = obj, attr, value
+
+    def _setUp(self):
+        had = self.attr in vars(self.obj)
+        old = vars(self.obj).get(self.attr)
+        setattr(self.obj, self.attr, self.value)
+
+        def restore():
+            if had:
+                setattr(self.obj, self.attr, old)
+            else:
+                delattr(self.obj, self.attr)
+        self.addCleanup(restore)
+
+
+def case_class(target):
+    """The checks bound to *target* (a :class:`~.harness.Target`)."""
+    name = 'Conformance_%s' % ''.join(
+        c if c.isalnum() else '_' for c in str(target))
+    return type(name, (ConformanceChecks,), {'target': target,
+                                             '__module__': __name__})
+
+
+def rule_of(test_name):
+    """'test_R4_fault_in_remove_export' -> ('R4', 'fault_in_remove_export')."""
+    name = test_name.split('.')[-1]
+    if name.startswith('test_R'):
+        rule, _sep, check = name[len('test_'):].partition('_')
+        return rule, check
+    return '?', name
