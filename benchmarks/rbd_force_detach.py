@@ -12,7 +12,7 @@ ours (``cinder_forcedetach.drivers.rbd.RBDDriver``) and Cinder 29's own
    The volume and its attachment (the host's connector and the driver's
    ``initialize_connection`` result) are rows of a SQLite Cinder database,
    and Cinder's coordinator runs, as in cinder-volume.  The client is a
-   subprocess (``tests.functional.test_rbd.WRITER``) that opens the image
+   subprocess (``tests.functional.ceph.WRITER``) that opens the image
    from that connection data, as os-brick would, and writes one numbered
    4 KiB block every 5 ms.  Each round then runs what Cinder's
    ``os-force_detach`` runs: the driver's ``terminate_connection(volume,
@@ -99,7 +99,6 @@ Usage: .venv/bin/python benchmarks/rbd_force_detach.py [--sizes 1,10]
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -113,12 +112,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 from cinder import context as cinder_context  # noqa: E402
 from cinder import coordination  # noqa: E402
 from cinder.db import migration  # noqa: E402
-# image_utils first: glance alone hits the glance <-> image_utils import cycle
-from cinder.image import image_utils  # noqa: F401,E402,H306
-from cinder.image import glance  # noqa: E402,H306
 from cinder import objects  # noqa: E402
 import cinder.privsep  # noqa: E402
-from cinder.tests.unit import fake_volume  # noqa: E402
 from cinder.volume import configuration  # noqa: E402
 from cinder.volume import driver as cinder_driver  # noqa: E402
 from cinder.volume.drivers import rbd as upstream_rbd  # noqa: E402
@@ -126,17 +121,17 @@ from glanceclient.common import http as glance_http  # noqa: E402
 from oslo_concurrency import lockutils  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 from oslo_utils import units  # noqa: E402
-import rados  # noqa: E402
 import rbd  # noqa: E402
 
 from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: E402
-from tests.functional import test_rbd  # noqa: E402
+from cinder_forcedetach.tools import ceph_dev  # noqa: E402
+from tests import fakes  # noqa: E402
+from tests.functional import ceph  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CEPH_DEV = os.path.join(REPO, 'tools', 'ceph-dev.sh')
 EXTENT = units.Mi
 STRIDE = 16 * units.Mi
-BLOCK = test_rbd.BLOCK
+BLOCK = ceph.BLOCK
 WRITER_BASE = 16            # the old writer's first block (new one: 0)
 WRITER_INTERVAL = 0.005
 CONF = cfg.CONF
@@ -145,121 +140,19 @@ CONNECTOR = {'host': 'localhost', 'ip': '127.0.0.1', 'platform': 'x86_64',
              'os_type': 'linux', 'multipath': False}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def median(values):
     return statistics.median(values) if values else float('nan')
 
 
-class Cluster(object):
-    def __init__(self, ceph_dir, workdir):
-        self.owned = ceph_dir is None
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith('CEPH_')}
-        self.env['CEPH_DEV_DIR'] = ceph_dir or os.path.join(workdir, 'ceph')
-        if self.owned:
-            self.env.update(
-                CEPH_DEV_MON_PORT=str(free_port()),
-                CEPH_DEV_MON_PORT_V2=str(free_port()),
-                CEPH_DEV_OSD_SIZE='48G',
-                CEPH_DEV_CINDER_MON_CAPS='profile rbd, '
-                                         'allow command "osd blocklist"')
-        self.up_seconds = None
-        self.shim = None            # test_rbd.Writer: no bind shim
-
-    def up(self):
-        t0 = time.monotonic()
-        res = subprocess.run([CEPH_DEV, 'up'], env=self.env, text=True,
-                             capture_output=True)
-        if res.returncode:
-            sys.exit('ceph-dev.sh up failed: %s' % res.stderr)
-        self.up_seconds = time.monotonic() - t0
-        out = subprocess.run([CEPH_DEV, 'env'], env=self.env, text=True,
-                             capture_output=True, check=True).stdout
-        values = dict(line.replace('export ', '', 1).split('=', 1)
-                      for line in out.splitlines() if '=' in line)
-        values = {k: v.strip('\'"') for k, v in values.items()}
-        self.conf = values['CEPH_CONF']
-        self.keyring = values['CEPH_KEYRING']
-        self.user = values['CEPH_USER']
-        self.pool = values['CEPH_POOL']
-        self.images_pool = values['CEPH_IMAGES_POOL']
-        self.fsid = values['CEPH_FSID']
-
-    def down(self):
-        if self.owned:
-            subprocess.run([CEPH_DEV, 'down', '--purge'], env=self.env,
-                           capture_output=True)
-
-    def connect(self):
-        client = rados.Rados(rados_id=self.user, conffile=self.conf)
-        client.conf_set('client_mount_timeout', '60')
-        client.connect()
-        return client
-
-    def read(self, pool, name, ranges):
-        """The bytes of *ranges* ``[(offset, length)]`` of an image."""
-        client = self.connect()
-        try:
-            with client.open_ioctx(pool) as ioctx:
-                with rbd.Image(ioctx, name, read_only=True) as image:
-                    return [image.read(off, length) for off, length in ranges]
-        finally:
-            client.shutdown()
-
-
-# -- the image service ------------------------------------------------------
-
-
-class StubGlanceClient(object):
-    """Glance's 'data' call: the image file in glanceclient's chunks."""
-
-    def __init__(self, images):
-        self.images = images
-
-    def call(self, context, method, *args, **kwargs):
-        if method != 'data':
-            raise NotImplementedError(method)
-        return self.images.chunks(args[0])
-
-
-class Images(glance.GlanceImageService):
-    """Cinder's GlanceImageService: its download() runs unchanged."""
-
-    def __init__(self):
-        super(Images, self).__init__(client=StubGlanceClient(self))
-        self.images = {}
-        self.downloads = []         # (image id, what data was written into)
-        self.served = 0             # bytes served by the Glance 'data' call
-
-    def add(self, image_id, path, size, url):
-        self.images[image_id] = (path, size, url)
-
-    def show(self, context, image_id):
-        _path, size, _url = self.images[image_id]
-        return {'id': image_id, 'disk_format': 'raw',
-                'container_format': 'bare', 'size': size,
-                'status': 'active', 'properties': {}, 'min_disk': 0}
-
-    def get_location(self, context, image_id):
-        url = self.images[image_id][2]
-        return url, [{'url': url, 'metadata': {}}]
-
-    def download(self, context, image_id, data=None):
-        # upstream's fetch hands an eventlet tpool.Proxy of its file
-        sink = getattr(data, '_obj', data)
-        self.downloads.append((image_id, type(sink).__name__))
-        return super(Images, self).download(context, image_id, data)
-
-    def chunks(self, image_id):
-        with open(self.images[image_id][0], 'rb') as f:
-            for chunk in iter(lambda: f.read(glance_http.CHUNKSIZE), b''):
-                self.served += len(chunk)
-                yield chunk
+def read_image(cluster, pool, name, ranges):
+    """The bytes of *ranges* ``[(offset, length)]`` of an image."""
+    client = cluster.connect()
+    try:
+        with client.open_ioctx(pool) as ioctx:
+            with rbd.Image(ioctx, name, read_only=True) as image:
+                return [image.read(off, length) for off, length in ranges]
+    finally:
+        client.shutdown()
 
 
 # -- reimage ------------------------------------------------------------------
@@ -291,20 +184,31 @@ def make_images(cluster, images, workdir, size_gb):
     finally:
         client.shutdown()
     file_id, rbd_id = str(uuid.uuid4()), str(uuid.uuid4())
-    images.add(file_id, path, size, 'file://' + path)
-    images.add(rbd_id, path, size, 'rbd://%s/%s/%s/snap' % (
+    images.add(file_id, path=path, size=size, url='file://' + path)
+    images.add(rbd_id, path=path, size=size, url='rbd://%s/%s/%s/snap' % (
         cluster.fsid, cluster.images_pool, name))
     return file_id, rbd_id, name, path
 
 
-def old_volume(ctx, ours, size_gb):
-    vol = fake_volume.fake_volume_obj(ctx, id=str(uuid.uuid4()),
-                                      size=size_gb, host='bench@rbd#rbd')
+def old_volume(cluster, ctx, ours, size_gb):
+    """A new volume with old data in every hole of the image to come."""
+    # a row of the database: the driver records a reimage in progress in
+    # the volume's admin metadata
+    vol = objects.Volume(
+        ctx, size=size_gb, host='bench@rbd#rbd', status='available',
+        attach_status='detached', display_name='bench-reimage',
+        volume_type_id=objects.VolumeType.get_by_name_or_id(
+            ctx, '__DEFAULT__').id)
+    vol.create()
     ours.create_volume(vol)
-    with ours._open_file(vol) as f:
-        for i in range(size_gb * units.Gi // STRIDE):
-            f.seek(i * STRIDE + STRIDE // 2)        # into every hole
-            f.write(b'OLD!' * 1024)
+    client = cluster.connect()
+    try:
+        with client.open_ioctx(cluster.pool) as ioctx:
+            with rbd.Image(ioctx, vol.name) as image:
+                for i in range(size_gb * units.Gi // STRIDE):
+                    image.write(b'OLD!' * 1024, i * STRIDE + STRIDE // 2)
+    finally:
+        client.shutdown()
     return vol
 
 
@@ -358,7 +262,8 @@ def qemu_img(src, dst, *options):
 def bench_reimage(cluster, ctx, ours, upstream, workdir, size_gb,
                   file_scheme, full_write):
     """{way: (seconds, result)} for one image size."""
-    images = Images()
+    images = fakes.FakeImageService(glance_download=True,
+                                    chunk_size=glance_http.CHUNKSIZE)
     file_id, rbd_id, name, path = make_images(cluster, images, workdir,
                                               size_gb)
     ways = [('limit', None, file_id)]
@@ -370,7 +275,7 @@ def bench_reimage(cluster, ctx, ours, upstream, workdir, size_gb,
     ways.append(('upstream', upstream, file_id))
     results = {}
     for way, driver, image_id in ways:
-        vol = old_volume(ctx, ours, size_gb)
+        vol = old_volume(cluster, ctx, ours, size_gb)
         del images.downloads[:]
         images.served = 0
         if way == 'stream-file':
@@ -475,7 +380,7 @@ def detach_round(cluster, ctx, driver, ours, window):
     """One force-detach of a volume a live client writes; a result dict."""
     vol, att, info = attached_volume(ctx, driver)
     ours.create_volume(vol)
-    writer = test_rbd.Writer(
+    writer = ceph.Writer(
         cluster, info, 'bench-host', tag='W', base=WRITER_BASE,
         count=units.Gi // BLOCK - WRITER_BASE - 1,
         interval=WRITER_INTERVAL, mount_timeout=30)
@@ -510,11 +415,11 @@ def detach_round(cluster, ctx, driver, ours, window):
         # a killed, unfenced client still holds the image: fence it for
         # the cleanup (after everything was measured)
         ours.fence_clients(vol, [None], [])
-    data = cluster.read(cluster.pool, vol.name, [
+    data = read_image(cluster, cluster.pool, vol.name, [
         ((WRITER_BASE + seq) * BLOCK, BLOCK) for seq in range(first,
                                                               last + 1)])
     landed = sum(1 for seq, got in zip(range(first, last + 1), data)
-                 if got == test_rbd.block_for('W', seq))
+                 if got == ceph.block_for('W', seq))
     errs = writer.errs()
     ours.lift_fence(vol)
     delete(ours, vol)
@@ -679,6 +584,7 @@ def main():
         for value in (args.sizes, args.file_scheme_sizes,
                       args.full_write_sizes))
 
+    objects.register_all()
     workdir = tempfile.mkdtemp(prefix='fd-rbd-bench-')
     CONF([], project='cinder', default_config_files=[])
     lockutils.set_defaults(workdir)
@@ -695,7 +601,9 @@ def main():
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')     # alembic on SQLite constraints
         migration.db_sync()
-    cluster = Cluster(args.ceph_dir, workdir)
+    cluster = ceph.make_cluster(
+        args.ceph_dir, own_dir=os.path.join(workdir, 'ceph'), osd_size='48G',
+        mount_timeout=60, cls=ceph_dev.CephDev)
     try:
         cluster.up()
         print('ceph-dev.sh up: %.1f s; load average %s' % (
@@ -717,7 +625,7 @@ def main():
               open('/proc/loadavg').read().split()[0])
     finally:
         coordination.COORDINATOR.stop()
-        cluster.down()
+        cluster.release()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
