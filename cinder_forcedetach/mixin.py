@@ -82,10 +82,13 @@ class ForceDetachMixin(object):
         if getattr(self, 'configuration', None):
             self.configuration.append_config_values(force_detach_opts)
             self.configuration.append_config_values(image.image_opts)
-        # Cinder calls remove_export itself (detach, attachment delete,
-        # volume delete): it runs under the volume's lock, as the flow's.
+        # What grants access and what Cinder removes itself (detach,
+        # attachment delete, volume delete) run under the volume's lock,
+        # the flow's: a grant never lands between a force-detach's steps.
         self.remove_export_unlocked = self.remove_export
         self.remove_export = self._remove_export_locked
+        self.initialize_connection_unlocked = self.initialize_connection
+        self.initialize_connection = self._initialize_connection_locked
 
     @staticmethod
     def get_driver_options():
@@ -137,6 +140,44 @@ class ForceDetachMixin(object):
 
     def _remove_export_locked(self, context, volume):
         force_detach_flow.run_remove_export(context, self, volume)
+
+    def _initialize_connection_locked(self, volume, connector):
+        """Cinder's grant of access to a host, under the volume's lock.
+
+        A force-detach that ended every attachment while this attach was
+        on its way (Cinder's API had found the attachment, the volume
+        service had not granted yet) leaves the volume ``available`` with
+        no attachment of this host: the grant is then refused, so no host
+        gets access to a volume Cinder says is detached.  This volume
+        host's own connections (image copy, backup, migration) and volumes
+        in any other status are Cinder's to decide, and so is a call that
+        names no host (a driver reading its own connection data).
+        """
+        with force_detach_flow.volume_lock(volume.id):
+            self._check_grant(volume, connector)
+            return self.initialize_connection_unlocked(volume, connector)
+
+    def _check_grant(self, volume, connector):
+        host = (connector or {}).get('host')
+        if not host or host in self.local_host_names():
+            return      # no remote host named: not a grant to one
+        fresh = objects.Volume.get_by_id(cinder_context.get_admin_context(),
+                                         volume.id)
+        if fresh.status != 'available':
+            return
+        if any(fd_attachments.is_live(a) and (
+                not a.connector or
+                fd_attachments.same_host(a.connector, connector))
+               for a in fresh.volume_attachment):
+            return
+        LOG.warning('Volume %(vol)s: refusing access to host %(host)s: the '
+                    'volume is available with no attachment of that host '
+                    '(a force-detach ended it).',
+                    {'vol': volume.id, 'host': (connector or {}).get('host')})
+        raise exception.InvalidVolume(reason=_(
+            'volume %(vol)s has no attachment of host %(host)s any more (a '
+            'force-detach ended it): access not granted') % {
+                'vol': volume.id, 'host': (connector or {}).get('host')})
 
     # -- hooks a driver implements ----------------------------------------
 
@@ -278,7 +319,8 @@ class ForceDetachMixin(object):
         volume = objects.Volume.get_by_id(context, attachment.volume_id)
         self.validate_connector(attachment.connector)
         with force_detach_flow.volume_lock(volume.id):
-            new = self.initialize_connection(volume, attachment.connector)
+            new = self.initialize_connection_unlocked(volume,
+                                                      attachment.connector)
             info = dict(new.get('data') or {})
             old = attachment.connection_info or {}
             for key in self.MANAGER_CONNECTION_KEYS:

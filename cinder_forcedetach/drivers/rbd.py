@@ -144,7 +144,8 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
                 missing='ip or host (the address its RBD clients use)')
 
     def local_connection_info(self, volume, connector):
-        return self.initialize_connection(volume, connector)
+        # Called by the flow, which holds the volume's lock already.
+        return self.initialize_connection_unlocked(volume, connector)
 
     # -- force-detach hooks ------------------------------------------------
 

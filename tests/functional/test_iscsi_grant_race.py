@@ -1,0 +1,99 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""A grant of access racing a force-detach, on a real tgtd.
+
+Cinder's attachment update finds the attachment in its API, then the
+volume service grants the host access.  A force-detach of every host that
+runs in between ends that attachment and marks the volume ``available``:
+the grant that follows must be refused, or the host gets an ACL (and a
+login) on a volume Cinder says is detached -- the access leak an outside
+concurrency probe found.  The race is made deterministic by holding the
+volume service at the start of its grant until the force-detach is done.
+"""
+
+import eventlet
+
+from cinder.tests.functional.api import client
+
+from tests.functional import base
+
+
+class GrantRaceTestCase(base.CinderTgtTestCase):
+
+    def hold_grants(self):
+        """Hold the volume service's next grant; returns (entered, go)."""
+        entered, go = eventlet.event.Event(), eventlet.event.Event()
+        real = self.driver.validate_connector
+
+        def held(connector):
+            if not entered.ready():
+                entered.send()
+                go.wait()
+            return real(connector)
+
+        # _connection_create validates the connector first, before the
+        # export and the grant.
+        self.driver.validate_connector = held
+        self.addCleanup(setattr, self.driver, 'validate_connector', real)
+        return entered, go
+
+    def update_attachment(self, att_id, host):
+        try:
+            self.api.api_put('/attachments/%s' % att_id, {'attachment': {
+                'connector': self.host_connector(host)}})
+        except client.OpenStackApiException as err:
+            return err.response.status_code
+        return 200
+
+    def test_grant_after_a_force_detach_of_every_host_is_refused(self):
+        vol_id = self.create_volume()['id']
+        att = self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': vol_id}})['attachment']
+        entered, go = self.hold_grants()
+        update = eventlet.spawn(self.update_attachment, att['id'],
+                                'compute4')
+        entered.wait()
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        self.assertEqual('available', self.api.get_volume(vol_id)['status'])
+        go.send()
+        self.assertNotEqual(200, update.wait())
+
+        volume = self.api.get_volume(vol_id)
+        self.assertEqual(('available', []),
+                         (volume['status'], volume['attachments']))
+        state = self.target_state(vol_id)
+        self.assertNotIn(base.initiator_name('compute4'),
+                         state.acls if state else [])
+        if state is not None:
+            self.assertEqual([], state.address_acls)
+
+    def test_grant_of_a_host_whose_attachment_stays_goes_through(self):
+        """The check refuses only what a force-detach ended."""
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att1, info1 = self.attach(vol_id, 'compute1')
+        att2 = self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': vol_id}})['attachment']
+        entered, go = self.hold_grants()
+        update = eventlet.spawn(self.update_attachment, att2['id'],
+                                'compute2')
+        entered.wait()
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
+                                 connector=base.connector_for('compute1'),
+                                 attachment_id=att1['id'])
+        go.send()
+        self.assertEqual(200, update.wait())
+        self.assertIn(base.initiator_name('compute2'),
+                      self.target_state(vol_id).acls)
+        self.assertNotIn(base.initiator_name('compute1'),
+                         self.target_state(vol_id).acls)
