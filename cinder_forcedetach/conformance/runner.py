@@ -13,6 +13,7 @@
 """Run the checks against a target and make the summary table."""
 
 import dataclasses
+import re
 import time
 import traceback
 import unittest
@@ -21,6 +22,9 @@ import warnings
 from cinder_forcedetach.conformance import suite as suite_mod
 
 PASS, FAIL, NA = 'pass', 'FAIL', 'n/a'
+_EXC_LINE = re.compile(r'^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*'
+                       r'(?:Error|Exception|Failed|Failure|Crash|Fault)): '
+                       r'(.*)$')
 
 
 @dataclasses.dataclass
@@ -62,12 +66,20 @@ class _Result(unittest.TestResult):
 
     def _failed(self, test, err, kind):
         exc = err[1]
-        if isinstance(exc, AssertionError):
-            message = str(exc).splitlines()[0] if str(exc) else repr(exc)
-        else:
-            message = '%s %s: %s' % (kind, type(exc).__name__,
-                                     (str(exc).splitlines() or [''])[0])
-        self._row(test, FAIL, message,
+        name, text = type(exc).__name__, str(exc)
+        if name == '_StringException':
+            # testtools hands a plain result its details as text (captured
+            # log, then the traceback): the exception is its last line
+            # naming one.
+            found = [m for m in map(_EXC_LINE.match, text.splitlines())
+                     if m]
+            if found:
+                name, text = found[-1].group(1).rsplit('.', 1)[-1], \
+                    found[-1].group(2)
+        text = (text.strip().splitlines() or [''])[0]
+        if name != 'AssertionError':
+            text = '%s %s: %s' % (kind, name, text)
+        self._row(test, FAIL, text,
                   ''.join(traceback.format_exception(*err)))
 
     def addFailure(self, test, err):

@@ -1,0 +1,277 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The conformance kit run on our drivers, on broken ones, and as a CLI.
+
+Real backends: tgtd on loopback for
+:class:`~cinder_forcedetach.drivers.iscsi.TgtISCSIDriver`, the SQLite
+reference array behind Cinder's real ZoneManager on the emulated fabric of
+:mod:`tests.functional.fc_fabric` for
+:class:`~cinder_forcedetach.drivers.fc.FibreChannelDriver`.  Each run of
+the kit starts Cinder's API, scheduler and volume service per check.
+
+The one check of our drivers that is n/a is ``R1 idempotent_fence_clients``:
+neither driver fences (``fence_clients`` is the mixin's no-op), because
+revoking access already cuts the host off (tgt: ACL entry and sessions
+gone; FC: LUN unmapped and zones removed).  Only RBD has clients to fence.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+from cinder import exception as cinder_exception
+import fixtures
+import testtools
+
+from cinder_forcedetach.arrays import sqlite as array_sqlite
+from cinder_forcedetach.conformance import harness
+from cinder_forcedetach.conformance import probe
+from cinder_forcedetach.conformance import runner
+from cinder_forcedetach.drivers import fc  # noqa: F401
+from cinder_forcedetach.drivers import iscsi
+from tests import fakes
+from tests.functional import fc_fabric
+from tests.functional import fixtures as fd_fixtures
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+TGT_DRIVER = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
+FC_DRIVER = 'cinder_forcedetach.drivers.fc.FibreChannelDriver'
+FC_TARGETS = ['5001438012345678', '5001438012345679']
+# Checks whose capability our drivers truly lack (see the docstring).
+NOT_APPLICABLE = {('R1', 'idempotent_fence_clients')}
+
+
+class NonIdempotentRevokeDriver(iscsi.TgtISCSIDriver):
+    """Broken: revoking an initiator that is already gone raises."""
+
+    def revoke_host_access(self, volume, connector):
+        if connector is not None:
+            state = self.target.find(self.target_name(volume))
+            if state is None or (connector['initiator'] not in
+                                 state.initiators):
+                raise cinder_exception.VolumeBackendAPIException(
+                    data='initiator %s is not bound to the target' %
+                    connector['initiator'])
+        return super(NonIdempotentRevokeDriver, self).revoke_host_access(
+            volume, connector)
+
+
+class NoopRemoveExportDriver(iscsi.TgtISCSIDriver):
+    """Broken: remove_export resets nothing (the target stays)."""
+
+    def remove_export(self, context, volume):
+        pass
+
+
+def _summary(rows):
+    return '\n' + runner.table(rows, width=400)
+
+
+class _KitTestCase(testtools.TestCase):
+
+    def run_kit(self, target, rules=None):
+        rows = runner.run(target, rules=rules)
+        if os.environ.get('CONFORMANCE_TABLES'):
+            # Where a developer collects the tables (the vendor guide's).
+            with open(os.environ['CONFORMANCE_TABLES'], 'a') as f:
+                f.write('\n## %s %s\n%s\n' % (
+                    self.id(), target, _summary(rows)))
+        self.addDetail('conformance', testtools.content.text_content(
+            _summary(rows)))
+        return rows
+
+    def assert_conformant(self, rows):
+        self.assertEqual(18, len(rows), _summary(rows))
+        for row in rows:
+            wanted = (runner.NA if (row.rule, row.check) in NOT_APPLICABLE
+                      else runner.PASS)
+            self.assertEqual(wanted, row.result,
+                             '%s %s: %s%s' % (row.rule, row.check,
+                                              row.message, _summary(rows)))
+        self.assertTrue(runner.passed(rows))
+
+    def results(self, rows):
+        return {(r.rule, r.check): r for r in rows}
+
+
+class TgtConformanceTestCase(_KitTestCase):
+    """One tgtd for every run of the kit in this class."""
+
+    @classmethod
+    def setUpClass(cls):
+        super(TgtConformanceTestCase, cls).setUpClass()
+        cls.tmp = tempfile.mkdtemp(prefix='conformance-tgt-')
+        cls.tgtd = fd_fixtures.Tgtd(cls.tmp)
+        cls.tgtd.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tgtd.stop()
+        subprocess.run(['rm', '-rf', cls.tmp], check=False)
+        super(TgtConformanceTestCase, cls).tearDownClass()
+
+    def options(self):
+        volumes = self.useFixture(fixtures.TempDir()).path
+        return {'forcedetach_tgt_control_port': str(self.tgtd.control_port),
+                'forcedetach_volumes_dir': volumes,
+                'target_ip_address': '127.0.0.1',
+                'target_port': str(self.tgtd.port)}
+
+    def target(self, driver=TGT_DRIVER):
+        return harness.Target(driver, self.options(), probe=probe.TgtProbe)
+
+    def targets(self):
+        return {line for line in self.tgtd.tgtadm(
+            '--op', 'show', '--mode', 'target').stdout.splitlines()
+            if line.startswith('Target ')}
+
+    def test_tgt_driver_passes_every_rule(self):
+        before = self.targets()
+        self.assert_conformant(self.run_kit(self.target()))
+        self.assertEqual(set(), self.targets() - before,
+                         'the kit left targets behind')
+
+    def test_non_idempotent_revoke_fails_r1(self):
+        rows = self.results(self.run_kit(
+            self.target(NonIdempotentRevokeDriver), rules=['R1']))
+        row = rows[('R1', 'idempotent_revoke_one_host')]
+        self.assertEqual(runner.FAIL, row.result)
+        self.assertTrue(row.message.startswith(
+            'R1 idempotent revoke_host_access(one host): call 2/10 of '
+            'revoke_host_access(volume, conformance-host1) raised '
+            'VolumeBackendAPIException'), row.message)
+        self.assertIn('is not bound to the target', row.message)
+        # What the broken hook does not touch still passes.
+        row = rows[('R1', 'idempotent_remove_export')]
+        self.assertEqual(runner.PASS, row.result, row.message)
+
+    def remove_new_targets(self, before):
+        for line in self.targets() - before:
+            self.tgtd.tgtadm('--op', 'delete', '--mode', 'target', '--tid',
+                             line.split()[1].rstrip(':'), '--force',
+                             check=False)
+
+    def test_noop_remove_export_fails_r2_and_r5(self):
+        # The broken driver leaves its targets: not ours to keep.
+        self.addCleanup(self.remove_new_targets, self.targets())
+        rows = self.results(self.run_kit(
+            self.target(NoopRemoveExportDriver), rules=['R2', 'R5']))
+        row = rows[('R2', 'revoke_none_tears_down_every_host')]
+        self.assertEqual(runner.FAIL, row.result)
+        self.assertEqual(
+            'R2 connector None tears down every host: after '
+            'revoke_host_access(volume, None) and remove_export the probe '
+            'says the backend still exports the volume', row.message)
+        row = rows[('R2', 'force_detach_every_host')]
+        self.assertEqual(runner.FAIL, row.result)
+        self.assertIn('still exported', row.message)
+        for hook in ('revoke_host_access', 'fence_clients', 'remove_export'):
+            row = rows[('R5', 'crash_after_%s' % hook)]
+            self.assertEqual(runner.FAIL, row.result)
+            self.assertTrue(row.message.startswith(
+                'R5 crash after %s, then re-run: ' % hook), row.message)
+
+    def write_conf(self, driver=TGT_DRIVER):
+        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                            'cinder.conf')
+        lines = ['[DEFAULT]', 'enabled_backends = tgt-conformance', '',
+                 '[tgt-conformance]', 'volume_driver = %s' % driver]
+        lines += ['%s = %s' % kv for kv in sorted(self.options().items())]
+        with open(path, 'w') as f:
+            f.write('\n'.join(lines) + '\n')
+        return path
+
+    def cli(self, *args):
+        return subprocess.run(
+            [sys.executable, '-m', 'cinder_forcedetach.conformance',
+             '--probe', 'cinder_forcedetach.conformance.probe.TgtProbe',
+             '--backend', 'tgt-conformance', '--quiet'] + list(args),
+            capture_output=True, text=True, cwd=REPO_ROOT, timeout=180)
+
+    def test_cli_summary_and_exit_code(self):
+        proc = self.cli('--config', self.write_conf())
+        self.addDetail('stdout', testtools.content.text_content(proc.stdout))
+        self.assertEqual(0, proc.returncode, proc.stdout + proc.stderr[-3000:])
+        out = proc.stdout
+        self.assertIn('Conformance of %s (backend tgt-conformance' %
+                      TGT_DRIVER, out)
+        self.assertIn('| rule | check | result | message |', out)
+        for check in ('| R1 | idempotent_revoke_one_host | pass |',
+                      '| R2 | revoke_none_tears_down_every_host | pass |',
+                      '| R3 | force_detach_one_host_keeps_the_other | pass |',
+                      '| R4 | fault_in_remove_export | pass |',
+                      '| R5 | crash_after_revoke_host_access | pass |',
+                      '| R6 | attachment_update_refuses_bad_connectors | '
+                      'pass |',
+                      '| R7 | force_detach_by_connector | pass |',
+                      '| R1 | idempotent_fence_clients | n/a | n/a '
+                      '(capability'):
+            self.assertIn(check, out)
+        self.assertIn('18 checks: 17 pass, 0 FAIL, 1 n/a -> CONFORMANT', out)
+
+    def test_cli_fails_a_broken_driver(self):
+        proc = self.cli('--config', self.write_conf(
+            'tests.functional.test_conformance.NonIdempotentRevokeDriver'),
+            '--rules', 'R1')
+        self.assertEqual(1, proc.returncode, proc.stdout + proc.stderr[-3000:])
+        self.assertIn('| R1 | idempotent_revoke_one_host | FAIL | R1 '
+                      'idempotent revoke_host_access(one host): call 2/10',
+                      proc.stdout)
+        self.assertIn('-> NOT CONFORMANT', proc.stdout)
+
+    def test_cli_refuses_a_missing_section(self):
+        proc = self.cli('--config', self.write_conf(), '--backend', 'nope')
+        self.assertEqual(2, proc.returncode)
+        self.assertIn('has no section [nope]', proc.stderr)
+
+
+class FCConformanceTestCase(_KitTestCase):
+    """The FC driver on the SQLite array and the emulated fabric."""
+
+    def setUp(self):
+        super(FCConformanceTestCase, self).setUp()
+        tmp = self.useFixture(fixtures.TempDir()).path
+        self.volumes_dir = os.path.join(tmp, 'volumes')
+        self.array_db = os.path.join(tmp, 'array.sqlite')
+        self.fabric = self.useFixture(fc_fabric.EmulatedFabric(
+            self.array_db, self.volumes_dir, FC_TARGETS))
+
+    def connector(self, host, protocol):
+        """The connector of a host whose HBAs log in to the fabric."""
+        emulated = (self.fabric.hosts.get(host) or
+                    self.fabric.add_host(host, n_hbas=2))
+        return {'host': host, 'ip': '127.0.0.1', 'platform': 'x86_64',
+                'os_type': 'linux', 'multipath': False,
+                'wwpns': list(emulated.wwpns),
+                'wwnns': [h['wwnn'] for h in emulated.hbas]}
+
+    def test_fc_driver_passes_every_rule(self):
+        options = {'forcedetach_volumes_dir': self.volumes_dir,
+                   'forcedetach_fc_array_db': self.array_db,
+                   'forcedetach_fc_target_wwpns': ','.join(FC_TARGETS),
+                   'forcedetach_fc_array_timeout': '1.0',
+                   'forcedetach_device_scan_attempts': '2'}
+        target = harness.Target(
+            FC_DRIVER, options, probe=probe.FCArrayProbe,
+            connector_factory=self.connector,
+            extra_flags=fakes.zoning_flags(self.fabric.db))
+        self.assert_conformant(self.run_kit(target))
+        self.assertEqual({}, self.array_maps(),
+                         'the kit left LUN maps behind')
+        self.assertEqual(set(), self.fabric.state.zones(),
+                         'the kit left zones behind')
+
+    def array_maps(self):
+        return array_sqlite.SqliteArray(self.array_db).dump()['maps']
