@@ -83,6 +83,11 @@ def main(argv=None):
         print('Options of [%s] no registered option matched (ignored): %s\n'
               % (args.backend, ', '.join(target.ignored_options)))
     print(runner.table(rows))
+    failed = [row for row in rows if row.result == runner.FAIL]
+    if failed:
+        print('\nFailures, in full:')
+        for row in failed:
+            print('- %s %s: %s' % (row.rule, row.check, row.message))
     if args.details:
         for row in rows:
             if row.result == runner.FAIL and row.details:

@@ -159,7 +159,9 @@ class Target(object):
 
         The section's ``volume_driver`` is used when *driver* is None.
         """
-        parser = configparser.RawConfigParser(strict=False)
+        # [DEFAULT] is Cinder's global section, not a backend's defaults.
+        parser = configparser.RawConfigParser(
+            strict=False, default_section='conformance:no-defaults')
         parser.optionxform = str
         if not parser.read(path):
             raise ValueError('cannot read %s' % path)
