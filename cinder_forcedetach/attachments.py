@@ -12,6 +12,8 @@
 
 """What the flow and the drivers ask of Cinder's attachment rows."""
 
+import json
+
 from cinder.objects import fields
 
 ENDED_ATTACH_STATUSES = (fields.VolumeAttachStatus.DETACHED,
@@ -56,3 +58,25 @@ class Attachments(list):
         return 'Attachments(%s)' % ', '.join(a.id for a in self)
 
     __str__ = __repr__
+
+
+#: Volume admin metadata recording, while our force-detach tears down, the
+#: hosts it revokes (JSON list of connectors; null = every host).  A volume
+#: service that restarts after a crash half-way (Cinder's ensure_export at
+#: start-up) must not grant them again; the re-run clears it.
+TEARDOWN_MARK = 'forcedetach_teardown'
+
+
+def hosts_in_teardown(volume):
+    """Connectors a force-detach was revoking when it stopped.
+
+    ``None``: no force-detach is under way; a list holding ``None``: every
+    host.  Read from the volume's admin metadata.
+    """
+    value = (volume.admin_metadata or {}).get(TEARDOWN_MARK)
+    if not value:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return [None]

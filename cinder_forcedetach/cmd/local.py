@@ -114,7 +114,7 @@ def build_driver(ctxt, group, backend_host, cluster_name=None, setup=True):
     """The volume driver of config *group*, set up unless *setup* is False."""
     from oslo_utils import importutils
 
-    from cinder import db
+    from cinder.db import api as db
     from cinder.volume import configuration
     from cinder.volume import manager
 

@@ -28,6 +28,7 @@ from cinder.common import constants
 from cinder import interface
 from oslo_log import log as logging
 
+from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.drivers import common
 from cinder_forcedetach import mixin
 from cinder_forcedetach.targets import cinder_tgt
@@ -75,8 +76,13 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
         return {'provider_location': location, 'provider_auth': auth}
 
     def ensure_export(self, context, volume):
-        """Re-create a lost export (tgtd restarted) for attached hosts."""
-        self.exports.ensure(volume, self.local_path(volume))
+        """Re-create a lost export (tgtd restarted) for attached hosts.
+
+        Not for the hosts of a force-detach that a crash interrupted: its
+        re-run finishes their teardown.
+        """
+        self.exports.ensure(volume, self.local_path(volume),
+                            fd_attachments.hosts_in_teardown(volume))
 
     def remove_export(self, context, volume):
         """Remove target, LUN, sessions and CHAP account; idempotent.

@@ -15,8 +15,9 @@
 ========================  ===================================================
 caller                    flow
 ========================  ===================================================
-``force_detach``          lock, resolve, disconnect this host, revoke host
-(our CLI, the audit)      access, fence, remove export, **reset the DB**,
+``force_detach``          lock, resolve, record the hosts revoked, notify,
+(our CLI, the audit)      disconnect this host, revoke host access, fence,
+                          remove export, **reset the DB** (and the record),
                           notify, unlock
 ``terminate_connection``  lock, resolve, disconnect this host, revoke host
 (Cinder: os-force_detach, access, fence, remove export, unlock: the same
@@ -25,6 +26,11 @@ its own host copies)      rows afterwards)
 ``remove_export``         lock, remove export, unlock (one task: no engine)
 (Cinder: detach,
 attachment delete)
+``initialize_connection`` lock, refuse a host whose attachment a force-detach
+(Cinder: attachment       ended, grant, unlock (the mixin's wrapper)
+update, legacy attach)
+``ensure_export``         the driver's; hosts recorded by an interrupted
+(Cinder: start-up)        force-detach are not granted again
 ========================  ===================================================
 
 Which attachments leave is read from what Cinder gives: the connector of
@@ -40,7 +46,10 @@ volume to a host we are fencing would be the wrong repair); a failure leaves
 Cinder's database untouched because the database task is the last one.
 """
 
+import json
+
 from cinder import coordination
+from cinder.db import api as db_api
 from cinder import exception
 from cinder import flow_utils
 from cinder.i18n import _
@@ -207,6 +216,16 @@ def connectors_to_revoke(connector, detaching, remaining):
     return [a.connector for a in detaching if a.connector]
 
 
+class RecordTeardownTask(flow_utils.CinderTask):
+    """Record the hosts being revoked before any of them is touched."""
+
+    def execute(self, context, volume, revoke):
+        if revoke:
+            volume.admin_metadata_update(
+                {fd_attachments.TEARDOWN_MARK: json.dumps(list(revoke))},
+                False)
+
+
 class NotifyTask(_DriverTask):
     """Emit ``detach.start``/``detach.end``, as Cinder's detach does."""
 
@@ -290,6 +309,9 @@ class ResetDatabaseTask(flow_utils.CinderTask):
                 'status': 'available',
                 'attach_status': fields.VolumeAttachStatus.DETACHED})
             volume.save()
+        if fd_attachments.hosts_in_teardown(volume) is not None:
+            db_api.volume_admin_metadata_delete(context.elevated(), volume.id,
+                                                fd_attachments.TEARDOWN_MARK)
         LOG.info('Force-detach of volume %(vol)s done: status %(status)s.',
                  {'vol': volume.id, 'status': volume.status})
 
@@ -305,7 +327,7 @@ def get_flow(driver, reset_database=True):
     flow.add(LockVolumeTask(),
              ResolveAttachmentsTask(driver, reset_database))
     if reset_database:
-        flow.add(NotifyTask(driver, 'detach.start'))
+        flow.add(RecordTeardownTask(), NotifyTask(driver, 'detach.start'))
     flow.add(DisconnectLocalHostTask(driver),
              RevokeHostAccessTask(driver),
              FenceClientsTask(driver),

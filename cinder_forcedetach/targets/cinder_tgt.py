@@ -120,15 +120,28 @@ class VolumeExports(object):
         auth = 'CHAP %s %s' % (username, password) if username else None
         return self.location(volume), auth
 
-    def ensure(self, volume, path):
-        """Re-create a lost export (tgtd restarted) for attached hosts."""
+    def ensure(self, volume, path, in_teardown=None):
+        """Re-create a lost export (tgtd restarted) for attached hosts.
+
+        *in_teardown*: the connectors an interrupted force-detach was
+        revoking (``None`` in it: every host); they are not granted again.
+        """
         name = self.target_name(volume)
         if self.target.find(name) is not None:
             return
+        in_teardown = in_teardown or []
         initiators = []
         for attachment in volume.volume_attachment:
             initiator = (attachment.connector or {}).get('initiator')
             if not initiator:
+                continue
+            if None in in_teardown or any(
+                    fd_attachments.same_host(c, attachment.connector)
+                    for c in in_teardown):
+                LOG.warning('Attachment %(att)s of volume %(vol)s: its host '
+                            'was being force-detached when the volume '
+                            'service stopped; not granted again.',
+                            {'att': attachment.id, 'vol': volume.id})
                 continue
             if not connector_grammar.is_iscsi_name(initiator):
                 # Stored before connectors were checked: never granted.
@@ -263,7 +276,8 @@ class TgtTarget(target_driver.Target):
         return {'location': location, 'auth': auth}
 
     def ensure_export(self, context, volume, volume_path):
-        self.exports.ensure(volume, volume_path)
+        self.exports.ensure(volume, volume_path,
+                            fd_attachments.hosts_in_teardown(volume))
 
     def remove_export(self, context, volume):
         self.exports.remove(volume)

@@ -27,6 +27,7 @@ from cinder import exception as cinder_exception
 from cinder import objects
 import ddt
 
+from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import exception
 from cinder_forcedetach.flows import force_detach as flow
 from cinder_forcedetach.targets import tgt
@@ -206,6 +207,37 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
         self.assertIsNone(self.target_state(vol_id))
         self.assert_detached(vol_id)
         self.assert_fenced(old)
+
+    @ddt.data(flow.RemoveExportTask, flow.FenceClientsTask)
+    def test_restart_after_crash_never_regrants_the_detached_host(self, step):
+        """kill -9 after the teardown, before the DB: Cinder restarts.
+
+        Its start-up ``ensure_export`` of the still in-use volume must not
+        give the host being detached its access back; the re-run finishes.
+        """
+        vol_id, _att, _info, old = self.attached_volume()
+        real = step.execute
+
+        def patch():
+            @functools.wraps(real)
+            def crashing(*args, **kwargs):
+                real(*args, **kwargs)
+                os._exit(CRASH_EXIT)
+            step.execute = crashing
+
+        self._crash_in_child(vol_id, patch)
+        self.assertEqual('in-use', self.db_volume(vol_id).status)
+        # What the volume service does at start-up for an in-use volume.
+        self.driver.ensure_export(self.ctxt.elevated(),
+                                  self.db_volume(vol_id))
+        state = self.target_state(vol_id)
+        self.assertNotIn(base.initiator_name('compute1'),
+                         state.acls if state else [])
+        self.assert_fenced(old)
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        self.assert_detached(vol_id)
+        self.assertIsNone(fd_attachments.hosts_in_teardown(
+            self.db_volume(vol_id)))
 
     # -- failures leave the database alone -----------------------------------
 

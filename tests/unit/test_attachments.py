@@ -60,3 +60,15 @@ class AttachmentsTestCase(testtools.TestCase):
         self.assertEqual('Attachments(1, 2)', shown)
         self.assertNotIn('s3cret',
                          str(attachments.Attachments([att('1', secret)])))
+
+    @ddt.data(({}, None),
+              ({attachments.TEARDOWN_MARK: '[null]'}, [None]),
+              ({attachments.TEARDOWN_MARK: '[{"host": "compute1"}]'},
+               [{'host': 'compute1'}]),
+              ({attachments.TEARDOWN_MARK: 'not json'}, [None]),
+              ({'other': 'x'}, None))
+    @ddt.unpack
+    def test_hosts_in_teardown(self, admin_metadata, expected):
+        """A malformed record means every host: never grant on a guess."""
+        volume = types.SimpleNamespace(admin_metadata=admin_metadata)
+        self.assertEqual(expected, attachments.hosts_in_teardown(volume))

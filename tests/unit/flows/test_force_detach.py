@@ -50,7 +50,7 @@ class FlowDecisionsTestCase(testtools.TestCase):
         names = [task.name.replace(flow.__name__ + '.', '')
                  for task, _meta in flow.get_flow(None).iter_nodes()]
         self.assertEqual(['LockVolumeTask', 'ResolveAttachmentsTask',
-                          'NotifyTask;detach.start',
+                          'RecordTeardownTask', 'NotifyTask;detach.start',
                           'DisconnectLocalHostTask', 'RevokeHostAccessTask',
                           'FenceClientsTask', 'RemoveExportTask',
                           'ResetDatabaseTask', 'NotifyTask;detach.end',
