@@ -21,6 +21,7 @@ from cinder_forcedetach.conformance import harness
 from cinder_forcedetach.conformance import probe
 from cinder_forcedetach.conformance import runner
 from cinder_forcedetach.conformance import suite
+from cinder_forcedetach.drivers import iscsi
 from cinder_forcedetach.targets import base as target_base
 
 TGT = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
@@ -46,8 +47,11 @@ class CapabilitiesTestCase(testtools.TestCase):
     def test_derived_from_the_driver_class(self):
         caps = harness.Target(TGT).capabilities()
         self.assertEqual({'protocol': 'iscsi', 'fencing': False}, caps)
-        caps = harness.Target(
-            'cinder_forcedetach.drivers.rbd.RBDDriver').capabilities()
+
+        class Fencing(iscsi.TgtISCSIDriver):
+            def fence_clients(self, volume, connectors, keep_attachments):
+                return []
+        caps = harness.Target(Fencing).capabilities()
         self.assertTrue(caps['fencing'])
 
     def test_declared_wins(self):
