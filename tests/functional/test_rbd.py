@@ -1047,8 +1047,15 @@ class ImageTestCase(RBDTestCase):
                 names = rbd.RBD().list(ioctx)
         finally:
             client.shutdown()
-        for vid in (vol_id, child['id'], clone['id']):
+        for vid in (child['id'], clone['id']):
             self.assertEqual([], [n for n in names if vid in n], names)
+        # Upstream's delete keeps a parent that still has clone children
+        # as a silent reference ("<name>.deleted") and removes it with its
+        # last child; with a clone v2 child of a deleted snapshot (kept in
+        # the trash namespace) Cinder 29 leaves it behind: upstream's
+        # behaviour, which the drop-in keeps.  Nothing else may remain.
+        self.assertEqual([], [n for n in names if vol_id in n and
+                              n != 'volume-%s.deleted' % vol_id], names)
 
     def test_copy_volume_to_image_and_back(self):
         vol_id = self.volume_with_old_data()
