@@ -46,9 +46,10 @@ script therefore re-executes itself in a private mount namespace
 (``unshare --mount``) and bind-mounts there a temporary conf.d whose only
 file includes its temporary ``volumes_dir``, as devstack's
 ``/etc/tgt/conf.d/stack.conf`` does: the machine's /etc/tgt is untouched.
-It holds the exclusive lock /tmp/coord/tgtd-port0.lock for the whole run
-(other benchmarks use control port 0 too) and refuses to run when a tgtd
-already answers on control port 0.  CHAP passwords are never printed.
+It holds the exclusive lock /run/lock/cinder-forcedetach-tgtd-port0.lock
+for the whole run (other benchmarks use control port 0 too) and refuses to
+run when a tgtd already answers on control port 0.  CHAP passwords are
+never printed.
 
 Usage: .venv/bin/python benchmarks/api_force_detach.py [--volumes 50]
            [--no-baseline]
@@ -77,7 +78,7 @@ from cinder_forcedetach.drivers import iscsi  # noqa: E402
 from tests import fakes  # noqa: E402
 from tests.functional import base  # noqa: E402
 
-LOCK_PATH = '/tmp/coord/tgtd-port0.lock'
+LOCK_PATH = '/run/lock/cinder-forcedetach-tgtd-port0.lock'
 TGT_CONF_D = '/etc/tgt/conf.d'
 NAMESPACE_MARK = 'CINDER_FORCEDETACH_BENCH_MOUNT_NS'
 UPSTREAM_DRIVER = '%s.%s' % (_upstream_tgt_driver.__name__,

@@ -36,7 +36,8 @@ exporting N volumes (sparse files) its own way:
   /etc/tgt/targets.conf).  Its ``tgtadm``/``tgt-admin`` talk to control
   port 0, so this benchmark starts its own tgtd there and refuses to run
   when one already answers; the whole run holds an exclusive ``flock`` on
-  /tmp/coord/tgtd-port0.lock, so other users of control port 0 wait.
+  /run/lock/cinder-forcedetach-tgtd-port0.lock, so other users of control
+  port 0 wait.
 
 Each side first exports and tears down one volume untimed (warm-up).
 Then, per N: export N volumes, log a live qemu-io (libiscsi) initiator in
@@ -103,7 +104,7 @@ from cinder_forcedetach.targets import tgt as ours_tgt  # noqa: E402
 from tests.functional import fixtures as fd_fixtures  # noqa: E402
 
 CONF = cfg.CONF
-LOCK_PATH = '/tmp/coord/tgtd-port0.lock'
+LOCK_PATH = '/run/lock/cinder-forcedetach-tgtd-port0.lock'
 CONTROL_PORT = 0
 OURS_GROUP = 'bench_forcedetach'
 UPSTREAM_GROUP = 'bench_upstream'
