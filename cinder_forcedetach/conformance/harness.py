@@ -244,6 +244,31 @@ class Target(object):
         return self.name or self.driver_path
 
 
+def use_database_file(test):
+    """Point an in-process Cinder at this process's SQLite database file.
+
+    One path per process for every harness and test class: oslo.db builds
+    its engine once, from the connection set when a test first used it.
+    A file rather than ``sqlite://`` so that a forked child (a crash test,
+    a host's volume-service process) sees the services' database.
+    """
+    if not cinder_test.DB_SCHEMA:
+        # Cache the schema from a scratch in-memory database: Cinder's
+        # fixture would migrate the test database itself, which then
+        # already has the tables.
+        engine = sqlalchemy.create_engine('sqlite://')
+        migration.db_sync(engine=engine)
+        with engine.connect() as conn:
+            cinder_test.DB_SCHEMA = ''.join(conn.connection.iterdump())
+        engine.dispose()
+    path = os.path.join(tempfile.gettempdir(),
+                        'cinder-forcedetach-%d.sqlite' % os.getpid())
+    if os.path.exists(path):
+        os.unlink(path)
+    CONF.set_override('connection', 'sqlite:///' + path, 'database')
+    test.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
+
+
 class CinderHarness(functional_helpers._FunctionalTestBase):
     """Cinder API + scheduler + volume service loading ``target``'s driver.
 
@@ -273,21 +298,7 @@ class CinderHarness(functional_helpers._FunctionalTestBase):
         self.target.resolved = dict(self.caps)
 
     def _use_database_file(self):
-        if not cinder_test.DB_SCHEMA:
-            # Cache the schema from a scratch in-memory database: Cinder's
-            # fixture would migrate the test database itself.
-            engine = sqlalchemy.create_engine('sqlite://')
-            migration.db_sync(engine=engine)
-            with engine.connect() as conn:
-                cinder_test.DB_SCHEMA = ''.join(conn.connection.iterdump())
-            engine.dispose()
-        path = os.path.join(tempfile.gettempdir(),
-                            'cinder-forcedetach-conformance-%d.sqlite' %
-                            os.getpid())
-        if os.path.exists(path):
-            os.unlink(path)
-        CONF.set_override('connection', 'sqlite:///' + path, 'database')
-        self.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
+        use_database_file(self)
 
     def _get_flags(self):
         f = super(CinderHarness, self)._get_flags()

@@ -21,21 +21,18 @@ this test started.  Tooz locks are real (file backend).
 
 import os
 import sys
-import tempfile
 import time
 
 from cinder import context
-from cinder.db import migration
 from cinder import objects
 import cinder.privsep
 from cinder.tests.functional import functional_helpers
-from cinder.tests.unit import test as cinder_test
 from cinder.volume import configuration
 import fixtures
 from oslo_config import cfg
-import sqlalchemy
 
 # Imported before flags are set, so that its options are registered.
+from cinder_forcedetach.conformance import harness
 from cinder_forcedetach.drivers import iscsi  # noqa: F401
 from tests.functional import fixtures as fd_fixtures
 
@@ -79,24 +76,8 @@ class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
         self.ctxt = context.get_admin_context()
 
     def _use_database_file(self):
-        # One path per process for every test class: oslo.db builds its
-        # engine once, from the connection set when a test first used it.
-        if not cinder_test.DB_SCHEMA:
-            # Cinder's fixture caches the schema by migrating the test
-            # database itself, which then already has the tables: cache it
-            # from a scratch in-memory database instead.
-            engine = sqlalchemy.create_engine('sqlite://')
-            migration.db_sync(engine=engine)
-            with engine.connect() as conn:
-                cinder_test.DB_SCHEMA = ''.join(
-                    conn.connection.iterdump())
-            engine.dispose()
-        path = os.path.join(tempfile.gettempdir(),
-                            'cinder-forcedetach-test-%d.sqlite' % os.getpid())
-        if os.path.exists(path):
-            os.unlink(path)
-        CONF.set_override('connection', 'sqlite:///' + path, 'database')
-        self.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
+        # The same file as the conformance kit's harness: one per process.
+        harness.use_database_file(self)
 
     def _get_flags(self):
         f = super(CinderServicesTestCase, self)._get_flags()
