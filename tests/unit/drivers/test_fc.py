@@ -28,8 +28,8 @@ import uuid
 from cinder import context
 from cinder import exception
 from cinder import objects
-from cinder.tests.unit import fake_volume
 from cinder.tests.unit import test
+from cinder.tests.unit import utils as test_utils
 from cinder.volume import configuration
 from cinder.volume import driver as volume_driver
 import ddt
@@ -96,8 +96,10 @@ class FCTestCase(test.TestCase):
         """A volume object; *attachments* are host labels (live)."""
         if label not in self.volumes:
             vol_id = str(uuid.uuid5(uuid.NAMESPACE_URL, label))
-            self.volumes[label] = fake_volume.fake_volume_obj(
-                self.ctxt, id=vol_id, size=1)
+            # A row in Cinder's test database, as the volume service
+            # has it while a host attaches: the grant checks it.
+            self.volumes[label] = test_utils.create_volume(
+                self.ctxt, id=vol_id, size=1, status='reserved')
             self.driver.create_volume(self.volumes[label])
         vol = self.volumes[label]
         vol.volume_attachment = objects.VolumeAttachmentList(objects=[
