@@ -43,6 +43,7 @@ import socket
 import sqlite3
 import subprocess
 import time
+import types
 import uuid
 
 from cinder import exception
@@ -258,6 +259,20 @@ class FakeImageService(object):
         self.uploads[image_id] = b''.join(iter(
             lambda: data.read(self.chunk_size), b'')) if data else b''
         return self.show(context, image_id)
+
+
+# -- attachments as the flow and the drivers read them -----------------------
+
+CONNECTOR_A = {'host': 'compute1', 'initiator': 'iqn.a',
+               'wwpns': ['50014380186af83c']}
+CONNECTOR_B = {'host': 'compute2', 'initiator': 'iqn.b',
+               'wwpns': ['50014380186af83e']}
+
+
+def attachment(att_id, connector, status='attached'):
+    """What the flow reads of an attachment row: id, connector, status."""
+    return types.SimpleNamespace(id=att_id, connector=connector,
+                                 attach_status=status)
 
 
 def _file_chunks(path, chunk_size):

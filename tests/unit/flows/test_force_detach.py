@@ -12,20 +12,15 @@
 
 """Decisions of the force-detach flow that need no backend."""
 
-import types
-
 import ddt
 import testtools
 
 from cinder_forcedetach.flows import force_detach as flow
+from tests import fakes
 
-A = {'host': 'compute1', 'initiator': 'iqn.a', 'wwpns': ['50014380186af83c']}
-B = {'host': 'compute2', 'initiator': 'iqn.b', 'wwpns': ['50014380186af83e']}
-
-
-def att(att_id, connector, status='attached'):
-    return types.SimpleNamespace(id=att_id, connector=connector,
-                                 attach_status=status)
+A = fakes.CONNECTOR_A
+B = fakes.CONNECTOR_B
+att = fakes.attachment
 
 
 @ddt.ddt
