@@ -25,26 +25,18 @@ token Cinder itself refuses (409) to end one of several attachments.
 
 import ddt
 
-from cinder.tests.functional.api import client
-
 from tests.functional import base
-
-LAYOUTS = {
-    'single': ['compute1'],
-    'same_host': ['compute1', 'compute1'],
-    'two_hosts': ['compute1', 'compute2'],
-}
-CASES = [(layout, request, service)
-         for layout in LAYOUTS
-         for request in ('connector', 'attachment', 'neither')
-         for service in (False, True)]
+from tests.functional import detach_matrix
 
 
 @ddt.ddt
-class DetachMatrixTestCase(base.CinderTgtTestCase):
+class DetachMatrixTestCase(detach_matrix.DetachMatrix,
+                           base.CinderTgtTestCase):
+
+    connector_for = staticmethod(base.connector_for)
 
     def setup_layout(self, layout):
-        hosts = LAYOUTS[layout]
+        hosts = detach_matrix.LAYOUTS[layout]
         extra = ({'volume_type': self.multiattach_type()}
                  if len(hosts) > 1 else {})
         vol_id = self.create_volume(**extra)['id']
@@ -78,30 +70,7 @@ class DetachMatrixTestCase(base.CinderTgtTestCase):
                                     'writes' % (att_id, host))
         return live
 
-    @ddt.data(*CASES)
+    @ddt.data(*detach_matrix.CASES)
     @ddt.unpack
     def test_os_force_detach(self, layout, request, service):
-        vol_id, attached = self.setup_layout(layout)
-        leaving_id, leaving_host, _session = attached[0]
-        connector = (base.connector_for(leaving_host)
-                     if request == 'connector' else None)
-        attachment_id = leaving_id if request != 'neither' else None
-        # Cinder's bug 2004555 guard: only a service may end one of
-        # several attachments (409 before any driver call).
-        refused_status = (409 if len(attached) > 1 and not service else
-                          500 if len(attached) > 1 and connector is None
-                          else None)
-        if refused_status:
-            err = self.assertRaises(
-                client.OpenStackApiException, self.force_detach_api, vol_id,
-                connector, attachment_id, service=service)
-            self.assertEqual(refused_status, err.response.status_code)
-        else:
-            self.force_detach_api(vol_id, connector, attachment_id,
-                                  service=service)
-        self.wait_volume(vol_id, ('available', 'in-use'))
-        live = self.assert_agree(vol_id, attached)
-        expected = {a for a, _h, _s in attached}
-        if not refused_status:
-            expected.discard(leaving_id)
-        self.assertEqual(expected, live)
+        self.run_row(layout, request, service)

@@ -159,6 +159,19 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
         self.assertEqual(CRASH_EXIT, os.waitstatus_to_exitcode(status),
                          'the child did not crash where asked: ' + why)
 
+    def _crash_after_step(self, volume_id, step):
+        """force_detach in a child that dies right after *step* ran."""
+        real = step.execute
+
+        def patch():
+            @functools.wraps(real)
+            def crashing(*args, **kwargs):
+                real(*args, **kwargs)
+                os._exit(CRASH_EXIT)
+            step.execute = crashing
+
+        self._crash_in_child(volume_id, patch)
+
     # The teardown's target commands: unbind the ACL, drop the session,
     # delete the target, delete the CHAP account.
     @ddt.data(1, 2, 3, 4)
@@ -192,16 +205,7 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
               flow.FenceClientsTask, flow.RemoveExportTask)
     def test_crash_after_step_then_rerun(self, step):
         vol_id, _att, _info, old = self.attached_volume()
-        real = step.execute
-
-        def patch():
-            @functools.wraps(real)
-            def crashing(*args, **kwargs):
-                real(*args, **kwargs)
-                os._exit(CRASH_EXIT)
-            step.execute = crashing
-
-        self._crash_in_child(vol_id, patch)
+        self._crash_after_step(vol_id, step)
         self.assertEqual('in-use', self.db_volume(vol_id).status)
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
         self.assertIsNone(self.target_state(vol_id))
@@ -216,16 +220,7 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
         give the host being detached its access back; the re-run finishes.
         """
         vol_id, _att, _info, old = self.attached_volume()
-        real = step.execute
-
-        def patch():
-            @functools.wraps(real)
-            def crashing(*args, **kwargs):
-                real(*args, **kwargs)
-                os._exit(CRASH_EXIT)
-            step.execute = crashing
-
-        self._crash_in_child(vol_id, patch)
+        self._crash_after_step(vol_id, step)
         self.assertEqual('in-use', self.db_volume(vol_id).status)
         # What the volume service does at start-up for an in-use volume.
         self.driver.ensure_export(self.ctxt.elevated(),

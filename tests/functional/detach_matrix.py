@@ -1,0 +1,73 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The detach matrix both backends run: rows, and the call of each row.
+
+Rows: {one attachment, two on one host, two on two hosts} x {connector and
+attachment id, attachment id alone, neither} x {admin, service}.  A test
+case supplies ``setup_layout(layout)`` -> ``(volume id, [(attachment id,
+host, live client)])``, ``assert_agree(volume id, attached)`` -> the live
+attachment ids, and ``connector_for(host)``.
+"""
+
+from cinder.tests.functional.api import client
+
+LAYOUTS = {
+    'single': ['compute1'],
+    'same_host': ['compute1', 'compute1'],
+    'two_hosts': ['compute1', 'compute2'],
+}
+CASES = [(layout, request, service)
+         for layout in LAYOUTS
+         for request in ('connector', 'attachment', 'neither')
+         for service in (False, True)]
+
+
+def refused_status(attached, connector, service):
+    """What Cinder and the driver answer a row that must change nothing.
+
+    Cinder's bug 2004555 guard: only a service may end one of several
+    attachments (409 before any driver call).  Without a connector on
+    several live attachments the driver cannot know which host leaves
+    (500, nothing revoked).
+    """
+    if len(attached) > 1 and not service:
+        return 409
+    if len(attached) > 1 and connector is None:
+        return 500
+    return None
+
+
+class DetachMatrix(object):
+    """``run_row``: one os-force_detach through the API, then agreement."""
+
+    def run_row(self, layout, request, service):
+        vol_id, attached = self.setup_layout(layout)
+        leaving_id, leaving_host, _client = attached[0]
+        connector = (self.connector_for(leaving_host)
+                     if request == 'connector' else None)
+        attachment_id = leaving_id if request != 'neither' else None
+        refused = refused_status(attached, connector, service)
+        if refused:
+            err = self.assertRaises(
+                client.OpenStackApiException, self.force_detach_api, vol_id,
+                connector, attachment_id, service=service)
+            self.assertEqual(refused, err.response.status_code)
+        else:
+            self.force_detach_api(vol_id, connector, attachment_id,
+                                  service=service)
+        self.wait_volume(vol_id, ('available', 'in-use'))
+        live = self.assert_agree(vol_id, attached)
+        expected = {a for a, _h, _c in attached}
+        if not refused:
+            expected.discard(leaving_id)
+        self.assertEqual(expected, live)
