@@ -20,6 +20,7 @@ import json
 import sys
 
 from cinder_forcedetach.cmd.errors import CliError
+from cinder_forcedetach.cmd.errors import EXIT_CONFLICT
 from cinder_forcedetach.cmd.errors import EXIT_OK
 from cinder_forcedetach.cmd.errors import EXIT_USAGE
 from cinder_forcedetach.cmd import output
@@ -76,14 +77,41 @@ def volume_force_detach(client, args, out):
             raise CliError(EXIT_USAGE, 'volume %s has %d attachments: give '
                            'the --connector of the host to detach, or '
                            '--all-hosts' % (volume_id, len(attached)))
-    client.force_detach(volume_id, connector=connector,
-                        attachment_id=args.attachment)
+    result = {}
+    try:
+        client.force_detach(volume_id, connector=connector,
+                            attachment_id=args.attachment)
+    except CliError as err:
+        # A re-run of a force-detach that finished: Cinder answers 409
+        # (the volume is available, or the attachment is gone).
+        if err.code != EXIT_CONFLICT:
+            raise
+        result = _already_detached(client, volume_id, args.attachment, err)
     volume = client.get_volume(volume_id)
-    out.emit({'volume_id': volume_id,
-              'status': volume.get('status'),
-              'attachments': [a.get('attachment_id') or a.get('id')
-                              for a in volume.get('attachments') or []]})
+    out.emit(dict(result, volume_id=volume_id, status=volume.get('status'),
+                  attachments=_attachment_ids(volume)))
     return EXIT_OK
+
+
+def _attachment_ids(volume):
+    return [a.get('attachment_id') or a.get('id')
+            for a in volume.get('attachments') or []]
+
+
+def _already_detached(client, volume_id, attachment_id, conflict):
+    """``{'result': 'already detached'}``, or *conflict* raised again."""
+    try:
+        volume = client.get_volume(volume_id)
+    except CliError:
+        raise conflict
+    attached = _attachment_ids(volume)
+    if attachment_id and attachment_id not in attached:
+        return {'result': 'already detached: attachment %s is no longer an '
+                          'attachment of the volume' % attachment_id}
+    if not attachment_id and not attached and (
+            volume.get('status') == 'available'):
+        return {'result': 'already detached'}
+    raise conflict
 
 
 @command('attachment', 'show',

@@ -63,6 +63,7 @@ from cinder.compute import nova as cinder_nova  # noqa: F401 (registers opts)
 from cinder import objects
 import cinder.privsep
 import fixtures
+from testtools import content
 
 from cinder_forcedetach.cmd import manage
 from tests import fakes
@@ -936,6 +937,23 @@ class CliTestCase(ApiFlowTestCase):
         self.assertEqual(0, code, err)
         self.assertEqual({'volume_id': vol_id, 'status': 'available',
                           'attachments': []}, json.loads(out))
+        self.assert_detached(vol_id)
+        # 0 again: re-running the finished force-detach succeeds, whether
+        # Cinder runs the (idempotent) teardown again or refuses the
+        # detached volume (then the CLI says "already detached").
+        results = []
+        for extra in (['--service-token', '--connector', '@' + connector,
+                       '--attachment', att['id']], ['--service-token'], [],
+                      ['--attachment', att['id']]):
+            code, out, err = self.cli('--format', 'json', 'volume',
+                                      'force-detach', vol_id, *extra)
+            self.assertEqual(0, code, (extra, err))
+            shown = json.loads(out)
+            self.assertEqual(('available', []),
+                             (shown['status'], shown['attachments']))
+            results.append(shown.get('result'))
+        self.addDetail('re-run results', content.text_content(
+            repr(results)))
         self.assert_detached(vol_id)
 
     def test_force_detach_needs_connector_on_multiattach(self):

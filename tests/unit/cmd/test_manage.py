@@ -144,6 +144,34 @@ class ManageTestCase(testtools.TestCase):
         self.assertIn('--all-hosts', err)
         self.assertEqual([], self.posts())
 
+    def test_rerun_of_a_finished_force_detach_is_a_success(self):
+        """Cinder answers 409 to a volume it already detached."""
+        self.answer('POST', '/volumes/%s/action' % VOL, 409,
+                    {'conflict': {'message': 'Detach volume from instance '
+                                             'using the Compute API'}})
+        self.answer('GET', '/volumes/%s' % VOL, 200, {'volume': {
+            'id': VOL, 'status': 'available', 'attachments': []}})
+        for extra in ([], ['--attachment', ATT]):
+            code, out, err = self.cli('--format', 'json', 'volume',
+                                      'force-detach', VOL, *extra)
+            self.assertEqual(0, code, err)
+            result = json.loads(out)
+            self.assertTrue(result['result'].startswith('already detached'),
+                            result)
+            self.assertEqual('available', result['status'])
+
+    def test_conflict_on_a_volume_still_attached_stays_a_conflict(self):
+        self.answer('POST', '/volumes/%s/action' % VOL, 409,
+                    {'conflict': {'message': 'Detach volume from instance '
+                                             'using the Compute API'}})
+        self.answer('GET', '/volumes/%s' % VOL, 200, {'volume': {
+            'id': VOL, 'status': 'in-use',
+            'attachments': [{'attachment_id': ATT}]}})
+        code, _out, err = self.cli('volume', 'force-detach', VOL,
+                                   '--attachment', ATT)
+        self.assertEqual(errors.EXIT_CONFLICT, code)
+        self.assertIn('Compute API', err)
+
     def test_bad_connector_sends_nothing(self):
         for bad in ('{"host": ', '[1, 2]', '@/nonexistent/connector.json'):
             code, _out, err = self.cli('volume', 'force-detach', VOL,
