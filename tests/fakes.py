@@ -261,6 +261,23 @@ class FakeImageService(object):
         return self.show(context, image_id)
 
 
+# -- an FC array's target ports and hosts (unit tests of array and driver) --
+
+#: Target ports as an operator may write them, and as the array keeps them.
+FC_TARGETS = ['50:01:43:80:12:34:56:78', '0x5001438012345679']
+FC_PORTS = ['5001438012345678', '5001438012345679']
+#: Host label -> its initiator WWPNs, in mixed case as HBAs report them.
+FC_HOSTS = {'A': ['10000090fa000a01'],
+            'B': ['10000090fa000b01', '10000090FA000B02'],
+            'C': ['10000090fa000c01']}
+FC_ARRAY_TIMEOUT = 0.3
+
+
+def fc_wwpns(label):
+    """The WWPNs of host *label* as the array keeps them."""
+    return [w.lower() for w in FC_HOSTS[label]]
+
+
 # -- attachments as the flow and the drivers read them -----------------------
 
 CONNECTOR_A = {'host': 'compute1', 'initiator': 'iqn.a',

@@ -43,12 +43,10 @@ from cinder_forcedetach import opts
 from tests import fakes
 
 BACKEND = configuration.SHARED_CONF_GROUP
-TARGETS = ['50:01:43:80:12:34:56:78', '0x5001438012345679']
-PORTS = ['5001438012345678', '5001438012345679']
-HOSTS = {'A': ['10000090fa000a01'],
-         'B': ['10000090fa000b01', '10000090FA000B02'],
-         'C': ['10000090fa000c01']}
-TIMEOUT = 0.3
+TARGETS = fakes.FC_TARGETS
+PORTS = fakes.FC_PORTS
+HOSTS = fakes.FC_HOSTS
+TIMEOUT = fakes.FC_ARRAY_TIMEOUT
 
 
 def connector(label, **extra):
@@ -58,8 +56,7 @@ def connector(label, **extra):
     return conn
 
 
-def wwpns(label):
-    return [w.lower() for w in HOSTS[label]]
+wwpns = fakes.fc_wwpns
 
 
 class FCTestCase(test.TestCase):
