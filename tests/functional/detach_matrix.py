@@ -14,9 +14,10 @@
 
 Rows: {one attachment, two on one host, two on two hosts} x {connector and
 attachment id, attachment id alone, neither} x {admin, service}.  A test
-case supplies ``setup_layout(layout)`` -> ``(volume id, [(attachment id,
-host, live client)])``, ``assert_agree(volume id, attached)`` -> the live
-attachment ids, and ``connector_for(host)``.
+case supplies ``live_client(connection_info, host, index)`` (an initiator
+or librbd client holding the volume for *host*), ``assert_agree(volume
+id, [(attachment id, host, live client)])`` -> the live attachment ids,
+and ``connector_for(host)``.
 """
 
 from cinder.tests.functional.api import client
@@ -49,6 +50,19 @@ def refused_status(attached, connector, service):
 
 class DetachMatrix(object):
     """``run_row``: one os-force_detach through the API, then agreement."""
+
+    def setup_layout(self, layout):
+        """A volume attached as *layout* says, a live client per host."""
+        hosts = LAYOUTS[layout]
+        extra = ({'volume_type': self.multiattach_type()}
+                 if len(hosts) > 1 else {})
+        vol_id = self.create_volume(**extra)['id']
+        attached = []
+        for index, host in enumerate(hosts):
+            att, info = self.attach(vol_id, host)
+            attached.append((att['id'], host,
+                             self.live_client(info, host, index)))
+        return vol_id, attached
 
     def run_row(self, layout, request, service):
         vol_id, attached = self.setup_layout(layout)

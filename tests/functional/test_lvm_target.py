@@ -114,6 +114,13 @@ class LVMTargetTestCase(testtools.TestCase):
 
     # -- helpers ----------------------------------------------------------
 
+    def lvm_driver(self):
+        """The LVM drop-in on this backend; no LVs here: its VG is faked."""
+        return lvm.LVMVolumeDriver(
+            configuration=self.configuration,
+            vg_obj=fake_lvm.FakeBrickLVM('cinder-volumes', False, None,
+                                         'default'))
+
     def make_volume(self):
         """A volume object and its stand-in "LV" (a 16 MiB sparse file)."""
         volume = fake_volume.fake_volume_obj(
@@ -228,10 +235,7 @@ class LVMTargetTestCase(testtools.TestCase):
         exports = self.target.exports.target
         recording = RecordingOps(exports._ops)
         exports._ops = recording
-        driver = lvm.LVMVolumeDriver(
-            configuration=self.configuration,
-            vg_obj=fake_lvm.FakeBrickLVM('cinder-volumes', False, None,
-                                         'default'))
+        driver = self.lvm_driver()
         self.assertIsInstance(driver.target_driver, cinder_tgt.TgtTarget)
         driver.target_driver = self.target
         for initiator in HOSTILE:
@@ -254,10 +258,7 @@ class LVMTargetTestCase(testtools.TestCase):
 
     def test_lvm_driver_hooks_use_the_target(self):
         """The LVM driver's force-detach hooks on the same real target."""
-        driver = lvm.LVMVolumeDriver(
-            configuration=self.configuration,
-            vg_obj=fake_lvm.FakeBrickLVM('cinder-volumes', False, None,
-                                         'default'))
+        driver = self.lvm_driver()
         self.assertIsInstance(driver.target_driver, cinder_tgt.TgtTarget)
         self.target = driver.target_driver
         volume, path = self.make_volume()
@@ -287,10 +288,7 @@ class LVMTargetTestCase(testtools.TestCase):
         CONF.set_override('target_helper', 'lioadm', GROUP)
         # LioAdm checks for cinder-rtstool when it is built.
         with mock.patch('cinder.volume.targets.lio.LioAdm._verify_rtstool'):
-            driver = lvm.LVMVolumeDriver(
-                configuration=self.configuration,
-                vg_obj=fake_lvm.FakeBrickLVM('cinder-volumes', False, None,
-                                             'default'))
+            driver = self.lvm_driver()
         self.assertFalse(driver.our_target)
         self.assertEqual('cinder.volume.targets.lio',
                          type(driver.target_driver).__module__)

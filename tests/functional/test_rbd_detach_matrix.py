@@ -44,17 +44,9 @@ class RBDDetachMatrixTestCase(detach_matrix.DetachMatrix,
             self.fail('the bind shim (gcc) is needed to give each host '
                       'its own address')
 
-    def setup_layout(self, layout):
-        hosts = detach_matrix.LAYOUTS[layout]
-        extra = ({'volume_type': self.multiattach_type()}
-                 if len(hosts) > 1 else {})
-        vol_id = self.create_volume(**extra)['id']
-        attached = []
-        for n, host in enumerate(hosts):
-            att, info = self.attach(vol_id, host)
-            writer = self.writer(info, host, tag='W%d' % n, base=n * 10000)
-            attached.append((att['id'], host, writer))
-        return vol_id, attached
+    def live_client(self, info, host, index):
+        return self.writer(info, host, tag='W%d' % index,
+                           base=index * 10000)
 
     def assert_agree(self, vol_id, attached):
         """The database and the cluster tell the same story."""
