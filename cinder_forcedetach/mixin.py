@@ -201,6 +201,23 @@ class ForceDetachMixin(object):
         """
         return []
 
+    #: Access is granted per host (ACL entries, LUN masking), so the host
+    #: of every live attachment must show up in :meth:`audit_holders`.
+    #: False where access is a live client (RBD: a stopped guest holds
+    #: nothing).
+    audit_grants: bool = True
+
+    def audit_holders(self) -> dict:
+        """Who the backend lets reach each volume now, in one bulk read.
+
+        ``{volume name: [cinder_forcedetach.audit.evidence.Holder]}`` for
+        every volume the backend exports or that a client holds; a volume
+        absent holds nothing.  The audit (``cinder-forcedetach audit``)
+        compares it with Cinder's attachments and Nova's mappings.
+        Default: the backend cannot tell (its volumes are not audited).
+        """
+        raise NotImplementedError()
+
     def local_connection_info(self, volume: objects.Volume,
                               connector: dict) -> Optional[dict]:
         """connection_info for this host when Cinder stored none."""

@@ -133,6 +133,13 @@ class FCArray(object, metaclass=abc.ABCMeta):
     def hosts_of_volume(self, volume_name: str) -> dict[str, int]:
         """``{host: lun}`` of the hosts the volume is mapped to."""
 
+    def masking(self) -> dict[str, dict[str, list[str]]]:
+        """{volume name: {host: [its WWPNs]}} of every mapped volume.
+
+        One bulk read, for the audit; optional (default: not supported).
+        """
+        raise NotImplementedError()
+
     @abc.abstractmethod
     def luns_of_host(self, host: str) -> dict[str, int]:
         """``{volume_name: lun}`` of what is mapped to *host*."""

@@ -300,6 +300,12 @@ class SqliteArray(base.FCArray):
 
     # -- inspection ----------------------------------------------------------
 
+    def masking(self):
+        dump = self.dump()
+        return {volume: {host: list(dump['hosts'][host]['wwpns'])
+                         for host in maps}
+                for volume, maps in dump['maps'].items()}
+
     def dump(self):
         """The whole masking state, for operators and tests."""
         with self._transaction('dump', write=False) as conn:

@@ -368,6 +368,34 @@ class Fencing(object):
             ioctx.set_omap(op, tuple(keys), tuple(values))
             ioctx.operate_write_op(op, FENCES_OBJECT)
 
+    def holders(self):
+        """``{image: [(kind, addr)]}`` of the pool's images live clients hold.
+
+        Every image's watchers, lock owners and lockers, in one connection;
+        this driver's own client and blocklisted clients are left out (a
+        fenced client holds nothing it can use).
+        """
+        result = {}
+        with cluster.connect(self.access, self.pool) as (client, ioctx):
+            own = {normalize_addr(client.get_addrs())}
+            fenced = {normalize_addr(e['addr']) for e in cluster.mon_json(
+                client, {'prefix': 'osd blocklist ls'})}
+            for name in rbd.RBD().list(ioctx):
+                try:
+                    with rbd.Image(ioctx, name, read_only=True) as image:
+                        holders = self._holders(ioctx, image, name)
+                except rbd.ImageNotFound:
+                    continue            # deleted while we listed
+                live, seen = [], set()
+                for kind, raw in holders:
+                    addr = normalize_addr(raw)
+                    if addr and addr not in own | fenced | seen:
+                        seen.add(addr)
+                        live.append((kind, addr))
+                if live:
+                    result[name] = live
+        return result
+
     @staticmethod
     def _read_records(ioctx, prefix=''):
         records, after = {}, ''

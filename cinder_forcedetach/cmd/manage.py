@@ -24,6 +24,9 @@ Usage (nova-manage / cinder-manage style)::
         [--backend NAME] [--config-file FILE]... [--config-dir DIR]
     cinder-forcedetach [global options] fence lift (--volume ID |
         --address ADDR) [--backend NAME] [--config-file FILE]...
+    cinder-forcedetach [global options] audit [--fix [--fix-limit N]]
+        [--case CASE]... [--grace SECONDS] [--backend NAME]...
+        [--nova-file FILE | --no-nova] [--config-file FILE]...
 
 Global options: ``--format table|json|value``, ``--timeout SECONDS``,
 ``--service-token`` and the connection options below.
@@ -56,11 +59,15 @@ Exit codes (stable, for scripts), see :mod:`.errors`: 0 success, 1 usage
 error or bad input (also HTTP 400/401/403), 2 not found, 3 conflict or
 wrong state, 4 backend or server error, 5 endpoint unreachable.
 
-``attachment refresh`` and ``fence list|lift`` are not API calls: like
-``cinder-manage`` they run on a volume host, read cinder.conf and ask the
-backend's driver (a new connection_info, :mod:`cinder_forcedetach.cmd.refresh`;
-the fences force-detach recorded, :mod:`cinder_forcedetach.cmd.fence`);
-their exit codes are the ones above.
+``audit`` has exit codes of its own, in the manner of ``nova-manage
+placement audit``: see :mod:`cinder_forcedetach.cmd.audit`.
+
+``attachment refresh``, ``fence list|lift`` and ``audit`` are not API
+calls: like ``cinder-manage`` they run on a volume host, read cinder.conf
+and ask the backend's driver (a new connection_info,
+:mod:`cinder_forcedetach.cmd.refresh`; the fences force-detach recorded,
+:mod:`cinder_forcedetach.cmd.fence`; what each backend exports,
+:mod:`cinder_forcedetach.cmd.audit`).
 
 Adding a command: write a function ``f(resource, args, out)`` returning the
 exit code, decorate it with :func:`.registry.command` (category, name,
@@ -75,6 +82,7 @@ import warnings
 
 from cinder_forcedetach.cmd import api_client
 from cinder_forcedetach.cmd import api_commands  # noqa: F401 (registers)
+from cinder_forcedetach.cmd import audit  # noqa: F401 (registers)
 from cinder_forcedetach.cmd import errors
 # The exit codes, as scripts and tests know them: manage.EXIT_*.
 from cinder_forcedetach.cmd.errors import EXIT_BACKEND  # noqa: F401
@@ -129,18 +137,26 @@ def build_parser():
                                             '%s commands' % category)
         cat_parser = categories.add_parser(category, help=help_text,
                                            description=help_text)
+        if None in registry.COMMANDS[category]:
+            # A command without action: ``cinder-forcedetach audit``.
+            _add_command(cat_parser, registry.COMMANDS[category][None])
+            continue
         actions = cat_parser.add_subparsers(dest='action', metavar='ACTION')
         actions.required = True
         for name in sorted(registry.COMMANDS[category]):
             cmd = registry.COMMANDS[category][name]
-            sub = actions.add_parser(name, help=cmd.help,
-                                     description=cmd.description)
-            _add_output_options(sub, argparse.SUPPRESS)
-            registry.add_arguments(sub, cmd.arguments)
-            if cmd.local:
-                registry.add_arguments(sub, local.CONFIG_ARGUMENTS)
-            sub.set_defaults(command=cmd)
+            _add_command(actions.add_parser(name, help=cmd.help,
+                                            description=cmd.description),
+                         cmd)
     return parser
+
+
+def _add_command(sub, cmd):
+    _add_output_options(sub, argparse.SUPPRESS)
+    registry.add_arguments(sub, cmd.arguments)
+    if cmd.local:
+        registry.add_arguments(sub, local.CONFIG_ARGUMENTS)
+    sub.set_defaults(command=cmd)
 
 
 def main(argv=None, stdout=None, stderr=None):

@@ -59,6 +59,8 @@ def command(category, name, help, arguments=(), description=None,
             local=False, what=None):
     """Register the decorated function as ``CATEGORY NAME``.
 
+    *name* None: the category is the command (``cinder-forcedetach audit``).
+
     *arguments*: :func:`arg` and :func:`exclusive` items.  *local*: the
     command runs on a volume host and gets cinder.conf's options
     (``--config-file``, ``--config-dir``, ``--debug``).  *what*: the
@@ -68,7 +70,8 @@ def command(category, name, help, arguments=(), description=None,
     def decorator(func):
         COMMANDS.setdefault(category, {})[name] = Command(
             category, name, func, help, description or help,
-            list(arguments), local, what or '%s %s' % (category, name))
+            list(arguments), local,
+            what or ' '.join(n for n in (category, name) if n))
         return func
     return decorator
 

@@ -41,6 +41,7 @@ from oslo_utils import excutils
 
 from cinder_forcedetach.arrays import base as array_base
 from cinder_forcedetach.arrays import sqlite as array_sqlite
+from cinder_forcedetach.audit import evidence
 from cinder_forcedetach.drivers import common
 from cinder_forcedetach import mixin
 
@@ -261,6 +262,15 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
                       'initiator_target_map': {w: list(targets)
                                                for w in wwpns}}})
         return True
+
+    def audit_holders(self):
+        """The array's LUN masking: a holder per mapped host (one read)."""
+        return {volume: [evidence.Holder(
+            'mapping', frozenset('wwpn:%s' % evidence.normalize_wwpn(w)
+                                 for w in wwpns), host,
+            {'host': host, 'wwpns': list(wwpns)})
+            for host, wwpns in sorted(hosts.items())]
+            for volume, hosts in self.array.masking().items()}
 
     def _attached_hosts(self, volume):
         """Array hosts of the FC connectors of the volume's attachments."""

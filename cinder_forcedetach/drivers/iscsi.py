@@ -107,6 +107,10 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
         """
         return self.exports.revoke(volume, connector)
 
+    def audit_holders(self):
+        """ACL entries and sessions of every target (one ``tgtadm show``)."""
+        return self.exports.holders()
+
     def local_connection_info(self, volume, connector):
         return {'driver_volume_type': 'iscsi',
                 'data': self.connection_data(volume)}

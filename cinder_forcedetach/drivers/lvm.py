@@ -90,6 +90,12 @@ class LVMVolumeDriver(mixin.ForceDetachMixin, upstream_lvm.LVMVolumeDriver):
             return self.target_driver.local_connection_info(volume)
         return None
 
+    def audit_holders(self):
+        """On our tgt target: its ACL entries and sessions (one read)."""
+        if not self.our_target:
+            raise NotImplementedError()
+        return self.target_driver.exports.holders()
+
     # -- force-detach hooks ------------------------------------------------
 
     def revoke_host_access(self, volume, connector):

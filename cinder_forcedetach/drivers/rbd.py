@@ -43,6 +43,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from cinder_forcedetach import attachments as fd_attachments
+from cinder_forcedetach.audit import evidence
 from cinder_forcedetach.ceph import cluster
 from cinder_forcedetach.ceph import fencing
 from cinder_forcedetach.ceph import images
@@ -175,6 +176,19 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
                 '/' in str(value) or ':' in str(value)):
             return self._fencing().lift(volume_id=value)
         return self._fencing().lift(addr=value)
+
+    #: Access is a live client, not a grant: a stopped guest holds nothing.
+    audit_grants = False
+
+    def audit_holders(self):
+        """Live clients of every image of the pool, keyed by their IP.
+
+        Neither this driver's own client nor fenced ones.
+        """
+        return {name: [evidence.Holder(
+            kind, frozenset({'ip:' + fencing.addr_ip(addr)}), addr,
+            {'ip': fencing.addr_ip(addr)}) for kind, addr in clients]
+            for name, clients in self._fencing().holders().items()}
 
     # -- images ------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from cinder_forcedetach import attachments as fd_attachments
+from cinder_forcedetach.audit import evidence
 from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.targets import tgt
 
@@ -236,6 +237,33 @@ class VolumeExports(object):
         return bool(self.target.revoke(name, [connector['initiator']],
                                        keep=keep))
 
+    def holders(self):
+        """{volume name: [Holder]} of every target of ours, in one read.
+
+        ACL entries and sessions per initiator, address rules (``ALL``
+        admits every host), and a target nobody may reach as an
+        ``export`` holder: the audit's evidence
+        (:mod:`cinder_forcedetach.audit`).
+        """
+        prefix = self.configuration.target_prefix
+        result = {}
+        for name, state in self.target.list_targets().items():
+            if not name.startswith(prefix):
+                continue
+            holders = [_initiator_holder('acl', i) for i in state.acls]
+            holders += [_initiator_holder('session', s.initiator)
+                        for s in state.sessions if s.initiator]
+            # Ours never writes address rules: no connector revokes one.
+            for rule in state.address_acls:
+                keys = {evidence.ANY_HOST} if rule == 'ALL' else {'ip:' + rule}
+                holders.append(evidence.Holder('address-acl',
+                                               frozenset(keys), rule, None))
+            if not holders:
+                holders.append(evidence.Holder('export', frozenset(), name,
+                                               None))
+            result[name[len(prefix):]] = holders
+        return result
+
     @staticmethod
     def kept_initiators(volume, connector):
         """Initiators of live attachments of hosts other than *connector*."""
@@ -247,6 +275,11 @@ class VolumeExports(object):
                     initiator not in kept):
                 kept.append(initiator)
         return kept
+
+
+def _initiator_holder(kind, initiator):
+    return evidence.Holder(kind, frozenset({'iqn:' + initiator}), initiator,
+                           {'initiator': initiator})
 
 
 class TgtTarget(target_driver.Target):

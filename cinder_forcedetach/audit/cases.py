@@ -1,0 +1,426 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The cases an audit finds, and how one pass classifies every volume.
+
+:func:`classify` is pure: it reads a :class:`Snapshot` of Cinder's rows,
+each backend's holders and Nova's block device mappings, and returns
+:class:`Finding` records, each naming its case and the repair
+:mod:`.repair` would run.  Nothing here touches a source.
+
+The cases and the force_detach spec's use cases (Cinder's
+``specs/liberty/implement-force-detach-for-safe-cleanup``): see
+:data:`CASES` and ``doc/audit.md``.
+"""
+
+import collections
+import dataclasses
+import datetime
+from typing import Optional
+
+from cinder_forcedetach.audit import evidence
+
+Case = collections.namedtuple('Case', ['name', 'summary', 'usecase',
+                                       'repair'])
+
+CASES = collections.OrderedDict((c.name, c) for c in (
+    Case('leaked_export',
+         'the backend lets a host reach the volume, but Cinder has no live '
+         'attachment of that host (or the volume is deleted)',
+         'UseCase 5: DB available, backend exported and connected, Nova '
+         'has no device',
+         'revoke that host and fence its clients (our flow); the export '
+         'goes when no attachment is left'),
+    Case('attached_not_exported',
+         'Cinder has a live attachment of a host the backend does not let '
+         'in',
+         'UseCase 1 and 3: DB attaching or detaching, backend never '
+         'exported or already cleaned up',
+         'force-detach the attachment (our flow); refused while Nova\'s '
+         'instance is active on it (Nova reconnects it: hard reboot)'),
+    Case('attachment_without_bdm',
+         'a live attachment of an instance Nova has no block device '
+         'mapping for (Nova forgot it)',
+         'UseCase 1, 3 and 5: Nova has no device',
+         'force-detach the attachment (our flow: backend teardown, then '
+         'the attachment row)'),
+    Case('bdm_without_attachment',
+         'a Nova block device mapping whose attachment Cinder no longer has '
+         '(Cinder forgot it)',
+         'none (the spec assumes Cinder\'s rows outlive Nova\'s)',
+         'none here: Nova deletes dangling mappings when the instance '
+         'reboots (nova 2023.2)'),
+    Case('reserved_orphan',
+         'a reserved attachment (no connector) of a deleted instance, or of '
+         'an instance that is not shelved-offloaded',
+         'UseCase 1: DB attaching, backend never exported',
+         'delete the attachment (our flow); refused while the instance is '
+         'active on it'),
+    Case('stuck_transition',
+         'the volume has been attaching, detaching or reserved for longer '
+         'than the grace period',
+         'UseCase 1 to 4',
+         'force-detach the volume (our flow); refused while an instance is '
+         'active on one of its attachments'),
+    Case('in_use_without_attachment',
+         'Cinder says in-use (or attached) but no attachment is live '
+         '(Cinder\'s own os-complete / attachment delete race)',
+         'UseCase 3 with no attachment row left',
+         'force-detach the volume (our flow): teardown, then available'),
+    Case('stale_fence',
+         'a fence (blocklist entry) force-detach set is still active but '
+         'its volume is deleted',
+         'none (fencing postdates the spec)',
+         'lift the fence'),
+))
+
+# Repair actions (Finding.action): what repair.py runs.
+REVOKE = 'revoke'            # flow with the holder's connector
+DETACH = 'detach'            # flow with the attachment id
+DETACH_ALL = 'detach-all'    # flow without connector nor attachment
+TEARDOWN = 'teardown'        # flow without the DB (a deleted volume)
+LIFT_FENCE = 'lift-fence'
+NONE = 'none'                # not ours to repair
+
+TRANSITIONS = ('attaching', 'detaching', 'reserved')
+# Nova instance states in which its volumes may be torn down.
+INACTIVE_VM_STATES = ('shelved_offloaded', 'deleted', 'soft-delete')
+
+
+@dataclasses.dataclass
+class Finding(object):
+    """One inconsistency, what shows it, and its repair."""
+
+    case: str
+    volume_id: str
+    backend: Optional[str] = None
+    attachment_id: Optional[str] = None
+    instance_uuid: Optional[str] = None
+    host: Optional[str] = None
+    evidence: str = ''
+    action: str = NONE
+    connector: Optional[dict] = None
+    addr: Optional[str] = None
+    #: why --fix will not repair it (None: it may)
+    refused: Optional[str] = None
+    #: found, repaired, failed: ..., refused: ..., over the fix limit
+    result: str = 'found'
+
+    @property
+    def repair(self):
+        if self.action == NONE:
+            return CASES[self.case].repair
+        return {REVOKE: 'revoke host and fence',
+                DETACH: 'force-detach attachment',
+                DETACH_ALL: 'force-detach volume',
+                TEARDOWN: 'teardown (volume deleted)',
+                LIFT_FENCE: 'lift fence'}[self.action]
+
+    def row(self):
+        return {'case': self.case, 'volume': self.volume_id,
+                'attachment': self.attachment_id,
+                'instance': self.instance_uuid, 'host': self.host,
+                'backend': self.backend, 'evidence': self.evidence,
+                'repair': self.repair, 'result': self.result}
+
+
+COLUMNS = ('case', 'volume', 'attachment', 'instance', 'host', 'backend',
+           'evidence', 'repair', 'result')
+
+
+@dataclasses.dataclass
+class Backend(object):
+    """What one backend holds, read in one pass.
+
+    :param holders: volume id -> holders (a volume absent holds nothing).
+    :param grants: access is granted per host (tgt ACLs, FC masking), so
+        an attached host must show up; False where access is a live client
+        (RBD: a stopped guest holds nothing).
+    :param error: why it could not be read (its volumes are not audited).
+    """
+
+    name: str
+    holders: dict = dataclasses.field(default_factory=dict)
+    grants: bool = True
+    fences: list = dataclasses.field(default_factory=list)
+    error: Optional[str] = None
+
+
+@dataclasses.dataclass
+class Nova(object):
+    """Nova's volume block device mappings and instance states."""
+
+    bdms: list = dataclasses.field(default_factory=list)
+    #: instance uuid -> vm_state of every instance Nova listed
+    instances: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        self.by_pair = {(b.instance_uuid, b.volume_id): b for b in self.bdms}
+        self.by_volume = collections.defaultdict(list)
+        for bdm in self.bdms:
+            self.by_volume[bdm.volume_id].append(bdm)
+
+    def bdm_of(self, attachment):
+        """The mapping of *attachment*'s instance and volume, if Nova has it.
+
+        Nova's server listing names volumes, not attachment ids: a mapping
+        without ``attachment_id`` matches by instance and volume.
+        """
+        bdm = self.by_pair.get((attachment.instance_uuid,
+                                attachment.volume_id))
+        if bdm is not None and bdm.attachment_id not in (None,
+                                                         attachment.id):
+            return None
+        return bdm
+
+    def bdm_has_attachment(self, bdm, attachments):
+        return any(a.instance_uuid == bdm.instance_uuid and
+                   bdm.attachment_id in (None, a.id) for a in attachments)
+
+
+@dataclasses.dataclass
+class Snapshot(object):
+    """Every source, read once."""
+
+    volumes: dict                       # id -> evidence.Volume
+    attachments: dict                   # volume id -> [evidence.Attachment]
+    backends: dict                      # host@backend -> Backend
+    nova: Optional[Nova] = None         # None: Nova not consulted
+    now: Optional[datetime.datetime] = None
+
+
+def _active(bdm):
+    return bdm is not None and bdm.vm_state not in INACTIVE_VM_STATES
+
+
+def _recent(volume, attachments, now, grace):
+    """Touched within the grace period: an operation may be under way."""
+    if not grace or now is None:
+        return False
+    limit = now - datetime.timedelta(seconds=grace)
+    stamps = [volume.updated_at] + [a.updated_at for a in attachments]
+    return any(s is not None and s > limit for s in stamps)
+
+
+def _describe(holders):
+    return ', '.join('%s %s' % (h.kind, h.label) for h in holders)
+
+
+class _VolumeAudit(object):
+    """The findings of one volume."""
+
+    def __init__(self, snapshot, volume, backend):
+        self.nova = snapshot.nova
+        self.volume = volume
+        self.backend = backend
+        self.live = snapshot.attachments.get(volume.id, [])
+        self.holders = backend.holders.get(volume.id, [])
+        self.findings = []
+
+    def add(self, case, **kwargs):
+        finding = Finding(case, self.volume.id, backend=self.backend.name,
+                          **kwargs)
+        self.findings.append(finding)
+        return finding
+
+    def refuse_if_nova_holds(self, finding, attachments):
+        """Refuse a repair that ends an attachment an instance uses."""
+        for att in attachments:
+            if not att.instance_uuid:
+                continue
+            if self.nova is None:
+                finding.refused = ('Nova was not consulted and attachment '
+                                   '%s belongs to instance %s' % (
+                                       att.id, att.instance_uuid))
+                return
+            bdm = self.nova.bdm_of(att)
+            if _active(bdm):
+                finding.refused = ('instance %s is %s on a live block '
+                                   'device mapping of attachment %s' % (
+                                       bdm.instance_uuid, bdm.vm_state,
+                                       att.id))
+                return
+
+    def run(self):
+        vol = self.volume
+        if vol.deleted:
+            if self.holders:
+                self.leaked(self.holders, deleted=True)
+            return self.findings
+        if not self.live and (vol.status == 'in-use' or
+                              vol.attach_status == 'attached'):
+            self.add('in_use_without_attachment', action=DETACH_ALL,
+                     evidence='status %s, attach_status %s, no live '
+                              'attachment' % (vol.status, vol.attach_status))
+        elif vol.status in TRANSITIONS and not self.offloaded_reservation():
+            finding = self.add(
+                'stuck_transition', action=DETACH_ALL,
+                evidence='status %s since %s' % (vol.status, vol.updated_at))
+            self.refuse_if_nova_holds(finding, self.live)
+        for att in self.live:
+            self.attachment(att)
+        self.leaked([h for h in self.holders if not any(
+            evidence.holder_reaches(h, evidence.connector_keys(a.connector))
+            for a in self.live if a.connector)])
+        return self.findings
+
+    def offloaded_reservation(self):
+        """A reserved volume of a shelved-offloaded instance is normal."""
+        if self.volume.status != 'reserved' or self.nova is None:
+            return False
+        return any(a.attach_status == 'reserved' and
+                   getattr(self.nova.bdm_of(a), 'vm_state',
+                           None) == 'shelved_offloaded' for a in self.live)
+
+    def attachment(self, att):
+        nova = self.nova
+        bdm = nova.bdm_of(att) if nova else None
+        if att.attach_status == 'reserved' and not att.connector:
+            if nova is None or not att.instance_uuid:
+                return
+            state = nova.instances.get(att.instance_uuid)
+            if state is None or state == 'deleted':
+                self.add('reserved_orphan', attachment_id=att.id,
+                         instance_uuid=att.instance_uuid, action=DETACH,
+                         evidence='reserved; instance deleted')
+            elif state != 'shelved_offloaded':
+                finding = self.add(
+                    'reserved_orphan', attachment_id=att.id,
+                    instance_uuid=att.instance_uuid, action=DETACH,
+                    evidence='reserved; instance %s' % state)
+                self.refuse_if_nova_holds(finding, [att])
+            return
+        host = (att.connector or {}).get('host') or att.attached_host
+        if nova is not None and att.instance_uuid and bdm is None:
+            state = nova.instances.get(att.instance_uuid, 'deleted')
+            self.add('attachment_without_bdm', attachment_id=att.id,
+                     instance_uuid=att.instance_uuid, host=host,
+                     action=DETACH,
+                     evidence='instance %s has no mapping of it' % state)
+            return
+        if self.backend.grants and att.connector:
+            keys = evidence.connector_keys(att.connector)
+            if not any(evidence.holder_reaches(h, keys)
+                       for h in self.holders):
+                finding = self.add(
+                    'attached_not_exported', attachment_id=att.id,
+                    instance_uuid=att.instance_uuid, host=host,
+                    action=DETACH,
+                    evidence='%s, backend grants this host nothing' %
+                             att.attach_status)
+                self.refuse_if_nova_holds(finding, [att])
+
+    def leaked(self, holders, deleted=False):
+        """One finding per host the backend lets in without a reason."""
+        by_host = collections.OrderedDict()
+        for holder in holders:
+            by_host.setdefault(holder.keys, []).append(holder)
+        for keys, group in by_host.items():
+            connector = next((h.connector for h in group if h.connector),
+                             None)
+            host = (connector or {}).get('host') or group[0].label
+            everyone = evidence.ANY_HOST in keys
+            if deleted or not self.live:
+                action = TEARDOWN if deleted else DETACH_ALL
+            else:
+                action = REVOKE
+            finding = self.add('leaked_export', host=host, action=action,
+                               connector=connector,
+                               evidence=_describe(group))
+            if action == REVOKE and (everyone or connector is None):
+                finding.refused = ('the rule admits every host, attached '
+                                   'ones too: narrow it by hand')
+            elif self.nova is not None and not deleted:
+                unmatched = [b for b in self.nova.by_volume.get(
+                    self.volume.id, []) if _active(b) and
+                    not self.nova.bdm_has_attachment(b, self.live)]
+                if unmatched:
+                    finding.refused = (
+                        'instance %s is active with a mapping of this volume '
+                        'that Cinder forgot: the holder may be its' %
+                        unmatched[0].instance_uuid)
+
+
+def classify(snapshot, grace=0):
+    """Every finding of *snapshot*, and the volumes not audited.
+
+    Returns ``(findings, skipped)``: *skipped* maps a reason to a count
+    (volume of a backend not read or unreachable, touched within *grace*
+    seconds).
+    """
+    findings, skipped, in_flux = [], collections.Counter(), set()
+    for volume in snapshot.volumes.values():
+        backend = snapshot.backends.get(volume.backend)
+        if backend is None:
+            if not volume.deleted:
+                skipped['backend %s not audited' % volume.backend] += 1
+            continue
+        if backend.error:
+            skipped['backend %s unreachable' % backend.name] += 1
+            continue
+        live = snapshot.attachments.get(volume.id, [])
+        if _recent(volume, live, snapshot.now, grace):
+            skipped['changed within the grace period'] += 1
+            in_flux.add(volume.id)
+            continue
+        findings += _VolumeAudit(snapshot, volume, backend).run()
+    findings += _nova_findings(snapshot, in_flux)
+    findings += _fence_findings(snapshot)
+    findings += _unknown_findings(snapshot)
+    return findings, skipped
+
+
+def _nova_findings(snapshot, in_flux):
+    if snapshot.nova is None:
+        return []
+    nova, result = snapshot.nova, []
+    for bdm in nova.bdms:
+        if bdm.volume_id not in in_flux and not nova.bdm_has_attachment(
+                bdm, snapshot.attachments.get(bdm.volume_id, [])):
+            volume = snapshot.volumes.get(bdm.volume_id)
+            result.append(Finding(
+                'bdm_without_attachment', bdm.volume_id,
+                backend=volume.backend if volume else None,
+                attachment_id=bdm.attachment_id,
+                instance_uuid=bdm.instance_uuid, host=bdm.host,
+                evidence='instance %s; volume %s' % (
+                    bdm.vm_state, 'deleted' if volume is None or
+                    volume.deleted else volume.status),
+                refused='Nova\'s to repair (reboot the instance)'))
+    return result
+
+
+def _fence_findings(snapshot):
+    result = []
+    for backend in snapshot.backends.values():
+        for fence in backend.fences:
+            volume = snapshot.volumes.get(fence.volume_id)
+            if fence.active and (volume is None or volume.deleted):
+                result.append(Finding(
+                    'stale_fence', fence.volume_id, backend=backend.name,
+                    evidence='blocklist entry %s' % fence.addr,
+                    addr=fence.addr, action=LIFT_FENCE))
+    return result
+
+
+def _unknown_findings(snapshot):
+    """Holders of a name no Cinder volume, live or deleted, has."""
+    result = []
+    for backend in snapshot.backends.values():
+        for key, holders in backend.holders.items():
+            if key.startswith('name:'):
+                result.append(Finding(
+                    'leaked_export', key, backend=backend.name,
+                    evidence=_describe(holders),
+                    refused='no Cinder volume has this name: remove it '
+                            'by hand'))
+    return result

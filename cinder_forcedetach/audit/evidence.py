@@ -1,0 +1,114 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""What each source of truth says, as plain records.
+
+The audit reads Cinder's database, each backend and Nova in bulk into these
+records, then classifies (:mod:`.cases`) without touching any source.
+Records carry no secrets: no connection_info, no CHAP credentials.
+
+A backend describes who can reach a volume with :class:`Holder` records
+(``ForceDetachMixin.audit_holders``).  A holder and an attachment's
+connector are matched through *host keys* (:func:`connector_keys`): the
+same strings for the same host whatever the protocol, e.g.
+``iqn:iqn.1994-05.com.redhat:h1``, ``wwpn:21000024ff000001`` or
+``ip:10.0.0.5``.
+"""
+
+import collections
+import ipaddress
+import re
+
+#: Any host may reach the volume (e.g. a tgt ``initiator-address ALL``).
+ANY_HOST = 'any'
+
+Holder = collections.namedtuple('Holder', ['kind', 'keys', 'label',
+                                           'connector'])
+Holder.__doc__ = """Someone the backend lets reach a volume now.
+
+:kind: ``acl``, ``address-acl``, ``session`` (iSCSI), ``mapping`` (FC LUN
+    masking), ``watcher``, ``lock owner``, ``locker`` (RBD clients)...
+:keys: frozenset of host keys (:func:`connector_keys`; :data:`ANY_HOST`).
+:label: what the operator sees (an initiator, a client address, an array
+    host); never a secret.
+:connector: a connector the driver's ``revoke_host_access`` and
+    ``fence_clients`` take to cut this holder off.
+"""
+
+Volume = collections.namedtuple('Volume', [
+    'id', 'name', 'status', 'attach_status', 'backend', 'updated_at',
+    'deleted', 'in_teardown'])
+Volume.__doc__ = """A row of Cinder's volumes table (``backend``:
+``host@backend``, without the pool; ``in_teardown``: a force-detach was
+interrupted, its record is in the admin metadata)."""
+
+Attachment = collections.namedtuple('Attachment', [
+    'id', 'volume_id', 'attach_status', 'instance_uuid', 'connector',
+    'attached_host', 'updated_at'])
+Attachment.__doc__ = """A live row of Cinder's volume_attachment table
+(``connector``: the host's connector, without secrets, or None)."""
+
+Bdm = collections.namedtuple('Bdm', [
+    'instance_uuid', 'volume_id', 'attachment_id', 'vm_state', 'host'])
+Bdm.__doc__ = """A volume block device mapping of a Nova instance."""
+
+Fence = collections.namedtuple('Fence', ['addr', 'volume_id', 'active'])
+Fence.__doc__ = """A fence a force-detach recorded (an RBD blocklist entry)."""
+
+
+def _ip(value):
+    try:
+        return str(ipaddress.ip_address(str(value).strip('[]')))
+    except ValueError:
+        return None
+
+
+def normalize_wwpn(value):
+    """``21:00:00:24:FF:00:00:01`` -> ``21000024ff000001`` (or None)."""
+    text = str(value).replace(':', '').lower()
+    return text if re.fullmatch(r'[0-9a-f]{16}', text) else None
+
+
+def connector_keys(connector):
+    """The host keys of a connector: its initiator, WWPNs and IPs.
+
+    Only literals: the audit reads thousands of connectors and resolves no
+    names (a client on a multi-homed host is matched by the connector's
+    ``ip``).
+    """
+    keys = set()
+    if not isinstance(connector, dict):
+        return frozenset()
+    if isinstance(connector.get('initiator'), str):
+        keys.add('iqn:' + connector['initiator'])
+    wwpns = connector.get('wwpns')
+    if isinstance(wwpns, (list, tuple)):
+        keys.update('wwpn:' + w for w in map(normalize_wwpn, wwpns) if w)
+    for field in ('ip', 'host'):
+        ip = _ip(connector.get(field)) if connector.get(field) else None
+        if ip:
+            keys.add('ip:' + ip)
+    return frozenset(keys)
+
+
+def holder_reaches(holder, connector_keys_):
+    """Whether *holder* belongs to the host of *connector_keys_*."""
+    return ANY_HOST in holder.keys or bool(holder.keys & connector_keys_)
+
+
+def public_connector(connector):
+    """A connector without what may be secret, for records and plans."""
+    if not isinstance(connector, dict):
+        return None
+    return {k: v for k, v in connector.items()
+            if k in ('host', 'ip', 'initiator', 'wwpns', 'wwnns', 'nqn',
+                     'platform', 'os_type', 'multipath')}

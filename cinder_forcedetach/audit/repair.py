@@ -1,0 +1,81 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""``audit --fix``: each finding repaired through our force-detach flow.
+
+Backend teardown (revoke, fence, remove export) runs first and Cinder's
+rows change only after it succeeded (the flow's order); every repair is
+idempotent, so a crash half-way or a second run finds less, then nothing.
+A refused finding (an instance active on it, Nova not consulted, Nova's
+own to repair) is never touched; at most *limit* repairs run.
+"""
+
+from oslo_log import log as logging
+
+from cinder_forcedetach.audit import cases
+from cinder_forcedetach.flows import force_detach as flow
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_LIMIT = 25
+REPAIRED = 'repaired'
+
+
+def _run(context, driver, finding):
+    from cinder import objects
+
+    if finding.action == cases.LIFT_FENCE:
+        driver.lift_fence(finding.addr)
+        return
+    volume = objects.Volume.get_by_id(context.elevated(read_deleted='yes'),
+                                      finding.volume_id)
+    if finding.action == cases.REVOKE:
+        flow.run(context, driver, volume, connector=finding.connector)
+    elif finding.action == cases.DETACH:
+        flow.run(context, driver, volume,
+                 attachment_id=finding.attachment_id)
+    elif finding.action == cases.DETACH_ALL:
+        flow.run(context, driver, volume)
+    elif finding.action == cases.TEARDOWN:
+        flow.run(context, driver, volume, reset_database=False)
+    else:
+        raise ValueError('no repair for %s' % finding.action)
+
+
+def fix(context, findings, drivers, limit=DEFAULT_LIMIT, only=None):
+    """Repair *findings* in order; set each one's ``result``.
+
+    :param drivers: backend (``host@backend``) -> its volume driver.
+    :param only: case names to repair (default: every case).
+    :returns: how many repairs ran (successful or not).
+    """
+    ran = 0
+    for finding in findings:
+        if only and finding.case not in only:
+            finding.result = 'not selected'
+        elif finding.refused or finding.action == cases.NONE:
+            finding.result = 'refused: %s' % (finding.refused or
+                                              'not ours to repair')
+        elif ran >= limit:
+            finding.result = 'over the fix limit (%d)' % limit
+        else:
+            ran += 1
+            try:
+                _run(context, drivers[finding.backend], finding)
+            except Exception as err:
+                LOG.error('Repair of %(case)s on volume %(vol)s failed: '
+                          '%(err)s', {'case': finding.case,
+                                      'vol': finding.volume_id, 'err': err})
+                finding.result = 'failed: %s' % err
+            else:
+                finding.result = REPAIRED
+    return ran

@@ -1,0 +1,255 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Reading each source of truth in bulk.
+
+* Cinder: two queries on its database (volumes, live attachments) and one
+  for the force-detach records, through Cinder's own engine and models;
+  deleted volumes only when a backend or a fence still names them.
+* Backends: one :meth:`audit_holders` call per driver (tgt: one
+  ``tgtadm show``; FC: one read of the masking; RBD: the pool's images and
+  the blocklist on one connection) and, where it fences, its records.
+* Nova: its API with Cinder's ``[nova]`` service credentials: the server
+  listing (paged, every project) names each server's volumes and state,
+  with no call per server; or a JSON file (:func:`read_nova_file`).
+"""
+
+import json
+import re
+
+from oslo_log import log as logging
+
+from cinder_forcedetach import attachments as fd_attachments
+from cinder_forcedetach.audit import cases
+from cinder_forcedetach.audit import evidence
+
+LOG = logging.getLogger(__name__)
+
+CHUNK = 500
+
+
+class Unreachable(Exception):
+    """A source could not be read (exit code 5)."""
+
+
+def _name_pattern(template):
+    head, _sep, tail = template.partition('%s')
+    return re.compile('^%s(.+)%s$' % (re.escape(head), re.escape(tail)))
+
+
+def _connector(text):
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return evidence.public_connector(value)
+
+
+class CinderDB(object):
+    """Cinder's rows, through Cinder's engine (``[database] connection``)."""
+
+    def __init__(self, context, name_template, backend_of):
+        self.context = context
+        self.name_pattern = _name_pattern(name_template)
+        self.name_template = name_template
+        self.backend_of = backend_of
+
+    def _session(self):
+        from cinder.db import api as db_api
+        return db_api.main_context_manager.reader.using(self.context)
+
+    def read(self):
+        """Live volumes by id, and live attachments by volume id."""
+        import sqlalchemy as sa
+
+        from cinder.db import models
+
+        vt = models.Volume.__table__
+        at = models.VolumeAttachment.__table__
+        mt = models.VolumeAdminMetadata.__table__
+        try:
+            with self._session() as session:
+                marked = set(session.execute(sa.select(mt.c.volume_id).where(
+                    mt.c.deleted.is_(False),
+                    mt.c.key == fd_attachments.TEARDOWN_MARK)).scalars())
+                volumes = {}
+                for row in session.execute(self._volume_query(vt).where(
+                        vt.c.deleted.is_(False))):
+                    volumes[row.id] = self._volume(row, marked)
+                attachments = {}
+                ended = fd_attachments.ENDED_ATTACH_STATUSES
+                for row in session.execute(sa.select(
+                        at.c.id, at.c.volume_id, at.c.attach_status,
+                        at.c.instance_uuid, at.c.connector,
+                        at.c.attached_host, at.c.updated_at).where(
+                        at.c.deleted.is_(False),
+                        at.c.attach_status.notin_(ended))):
+                    attachments.setdefault(row.volume_id, []).append(
+                        evidence.Attachment(
+                            row.id, row.volume_id, row.attach_status,
+                            row.instance_uuid, _connector(row.connector),
+                            row.attached_host, row.updated_at))
+        except Exception as err:
+            raise Unreachable('Cinder\'s database: %s' % err) from err
+        return volumes, attachments
+
+    @staticmethod
+    def _volume_query(vt):
+        import sqlalchemy as sa
+        return sa.select(vt.c.id, vt.c._name_id, vt.c.status,
+                         vt.c.attach_status, vt.c.host, vt.c.cluster_name,
+                         vt.c.updated_at,
+                         vt.c.deleted)
+
+    def _volume(self, row, marked=()):
+        return evidence.Volume(
+            row.id, self.name_template % (row._name_id or row.id),
+            row.status, row.attach_status,
+            self.backend_of(row.host, row.cluster_name),
+            row.updated_at, bool(row.deleted), row.id in marked)
+
+    def deleted(self, ids):
+        """Deleted volumes among *ids* (their name ids too), by id."""
+        from cinder.db import models
+
+        vt = models.Volume.__table__
+        ids, found = sorted(set(ids)), {}
+        try:
+            with self._session() as session:
+                for i in range(0, len(ids), CHUNK):
+                    chunk = ids[i:i + CHUNK]
+                    for row in session.execute(self._volume_query(vt).where(
+                            vt.c.deleted.is_(True),
+                            vt.c.id.in_(chunk) | vt.c._name_id.in_(chunk))):
+                        found.setdefault(row.id, self._volume(row))
+        except Exception as err:
+            raise Unreachable('Cinder\'s database: %s' % err) from err
+        return found
+
+    def volume_id_of(self, name):
+        match = self.name_pattern.match(name)
+        return match.group(1) if match else None
+
+
+def read_backend(name, driver):
+    """A :class:`cases.Backend` from *driver*, or one naming its error."""
+    backend = cases.Backend(name, grants=getattr(driver, 'audit_grants',
+                                                 True))
+    try:
+        backend.holders = driver.audit_holders()
+    except NotImplementedError:
+        backend.error = ('driver %s cannot list what it exports '
+                         '(audit_holders)' % type(driver).__name__)
+        return backend
+    except Exception as err:
+        backend.error = '%s: %s' % (type(err).__name__, err)
+        return backend
+    if hasattr(driver, 'list_fences'):
+        try:
+            backend.fences = [evidence.Fence(f['addr'], f['volume_id'],
+                                             bool(f.get('active')))
+                              for f in driver.list_fences()]
+        except Exception as err:
+            backend.error = 'fence records: %s: %s' % (
+                type(err).__name__, err)
+    return backend
+
+
+def attach_holders(backend, cinder, volumes):
+    """Key *backend*'s holders by volume id; add deleted volumes they name.
+
+    Holders of a name that matches no volume, live or deleted, are kept
+    under ``name:<name>`` and reported by the audit as unknown.
+    """
+    by_name = {v.name: v.id for v in volumes.values()}
+    keyed, missing = {}, {}
+    for name, holders in backend.holders.items():
+        if name in by_name:
+            keyed[by_name[name]] = holders
+        else:
+            missing[name] = holders
+    fenced = {f.volume_id for f in backend.fences
+              if f.volume_id not in volumes}
+    ids = {cinder.volume_id_of(n) for n in missing} | fenced
+    deleted = cinder.deleted([i for i in ids if i]) if ids else {}
+    deleted_by_name = {v.name: v for v in deleted.values()}
+    for name, holders in missing.items():
+        volume = deleted_by_name.get(name)
+        if volume is None:
+            LOG.warning('Backend %(backend)s holds %(name)s, which no Cinder '
+                        'volume names.', {'backend': backend.name,
+                                          'name': name})
+            keyed['name:%s' % name] = holders
+            continue
+        volumes[volume.id] = volume._replace(backend=backend.name)
+        keyed[volume.id] = holders
+    for volume in deleted.values():
+        volumes.setdefault(volume.id, volume._replace(backend=backend.name))
+    backend.holders = keyed
+
+
+NOVA_API_VERSION = '2.89'
+_VOLUMES = 'os-extended-volumes:volumes_attached'
+
+
+def read_nova_api(context, timeout=60):
+    """Nova's mappings from its server listing (every project, paged).
+
+    Cinder's ``[nova]`` options give the endpoint and the service
+    credentials.  The listing names each server's volumes (not attachment
+    ids): mappings match Cinder's attachments by instance and volume.
+    """
+    from cinder.compute import nova as cinder_nova
+
+    try:
+        client = cinder_nova.novaclient(context, privileged_user=True,
+                                        timeout=timeout,
+                                        api_version=NOVA_API_VERSION)
+        servers = client.servers.list(detailed=True,
+                                      search_opts={'all_tenants': True},
+                                      limit=-1)
+    except Exception as err:
+        raise Unreachable('Nova: %s' % err) from err
+    instances, bdms = {}, []
+    for server in servers:
+        info = server.to_dict()
+        state = info.get('OS-EXT-STS:vm_state') or 'unknown'
+        instances[info['id']] = state
+        for vol in info.get(_VOLUMES) or []:
+            bdms.append(evidence.Bdm(info['id'], vol['id'], None, state,
+                                     info.get('OS-EXT-SRV-ATTR:host')))
+    return cases.Nova(bdms, instances)
+
+
+def read_nova_file(path):
+    """Nova's mappings from a JSON file.
+
+    ``{"instances": {uuid: vm_state}, "bdms": [{"instance_uuid",
+    "volume_id", "attachment_id", "vm_state", "host"}]}``, e.g. exported
+    from Nova's cell database (``block_device_mapping`` joined with
+    ``instances``, deleted = 0, destination_type = 'volume').
+    """
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        bdms = [evidence.Bdm(b['instance_uuid'], b['volume_id'],
+                             b.get('attachment_id'), b['vm_state'],
+                             b.get('host')) for b in data.get('bdms', [])]
+        instances = dict(data.get('instances', {}))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError('cannot read Nova mappings from %s: %s' % (
+            path, err))
+    for bdm in bdms:
+        instances.setdefault(bdm.instance_uuid, bdm.vm_state)
+    return cases.Nova(bdms, instances)

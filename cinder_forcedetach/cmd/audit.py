@@ -1,0 +1,205 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""``cinder-forcedetach audit``: dangling attachments, found and repaired.
+
+Usage::
+
+    cinder-forcedetach [--format table|json] audit [--fix]
+        [--fix-limit N] [--case CASE]... [--grace SECONDS]
+        [--backend NAME]... [--nova-file FILE | --no-nova]
+        [--config-file FILE]... [--config-dir DIR] [--debug]
+
+Runs where ``cinder-manage`` runs: reads cinder.conf, Cinder's database,
+each enabled backend through its driver (or those named by ``--backend``)
+and Nova through its API with Cinder's ``[nova]`` service credentials
+(``--nova-file``: mappings exported to JSON instead; ``--no-nova``: skip
+the cases that need Nova, and refuse repairs of instances' attachments).
+Prints one row per finding (case, volume, attachment, instance, host,
+backend, evidence, repair, result), then a summary.  ``--fix`` repairs up
+to ``--fix-limit`` findings (default 25) through the force-detach flow;
+volumes changed within ``--grace`` seconds (default 600) are left for the
+next run.  The cases: ``doc/audit.md``.
+
+Exit codes (as ``nova-manage placement audit``): 0 nothing found, 3
+found (and not all repaired), 4 everything found was repaired, 1 bad input
+or an error, 5 a source unreachable (Cinder's database, a backend, Nova).
+"""
+
+from cinder_forcedetach.audit import cases
+from cinder_forcedetach.audit import repair
+from cinder_forcedetach.audit import sources
+from cinder_forcedetach.cmd.errors import CliError
+from cinder_forcedetach.cmd import local
+from cinder_forcedetach.cmd import registry
+from cinder_forcedetach.cmd.registry import arg
+
+EXIT_CLEAN = 0
+EXIT_ERROR = 1
+EXIT_FOUND = 3
+EXIT_REPAIRED = 4
+EXIT_UNREACHABLE = 5
+DEFAULT_GRACE = 600
+
+HELP = ('Find attachments Cinder, the backends and Nova disagree on; '
+        'repair them with --fix (runs locally, reads cinder.conf).')
+
+
+registry.category('audit', HELP)
+
+
+def _positive(value):
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+@registry.command(
+    'audit', None, HELP, local=True, what='audit',
+    arguments=[
+        arg('--fix', action='store_true',
+            help='repair what was found (backend teardown first, then '
+                 'Cinder\'s rows)'),
+        arg('--fix-limit', type=_positive, default=repair.DEFAULT_LIMIT,
+            metavar='N', help='repair at most N findings (default %d)' %
+                              repair.DEFAULT_LIMIT),
+        arg('--case', action='append', choices=list(cases.CASES),
+            metavar='CASE', help='repair only this case (repeatable; one '
+                                 'of %s)' % ', '.join(cases.CASES)),
+        arg('--grace', type=_positive, default=DEFAULT_GRACE,
+            metavar='SECONDS',
+            help='leave volumes changed in the last SECONDS (default %d)' %
+                 DEFAULT_GRACE),
+        arg('--backend', action='append', metavar='NAME',
+            help='audit this backend (cinder.conf section; repeatable; '
+                 'default: every enabled backend)'),
+        registry.exclusive(
+            arg('--nova-file', metavar='FILE',
+                help='Nova\'s mappings as JSON instead of its API'),
+            arg('--no-nova', action='store_true',
+                help='do not consult Nova')),
+    ])
+def audit(conf, args, out):
+    """Read, classify, repair with --fix; print the plan and its results."""
+    from cinder import context
+    from oslo_utils import timeutils
+
+    ctxt = context.get_admin_context()
+    unreachable = []
+    drivers, backends = _drivers(ctxt, conf, args.backend)
+    cinder = sources.CinderDB(ctxt, conf.volume_name_template,
+                              _backend_of(conf, drivers))
+    try:
+        volumes, attachments = cinder.read()
+    except sources.Unreachable as err:
+        raise CliError(EXIT_UNREACHABLE, str(err))
+    for name, driver in drivers.items():
+        if backends[name] is None:
+            backends[name] = sources.read_backend(name, driver)
+        if backends[name].error:
+            unreachable.append('backend %s: %s' % (name,
+                                                   backends[name].error))
+        else:
+            sources.attach_holders(backends[name], cinder, volumes)
+    nova = None
+    if args.nova_file:
+        try:
+            nova = sources.read_nova_file(args.nova_file)
+        except ValueError as err:
+            raise CliError(EXIT_ERROR, str(err))
+    elif not args.no_nova:
+        try:
+            nova = sources.read_nova_api(ctxt)
+        except sources.Unreachable as err:
+            unreachable.append(str(err))
+    snapshot = cases.Snapshot(volumes, attachments, backends, nova,
+                              now=timeutils.utcnow())
+    findings, skipped = cases.classify(snapshot, grace=args.grace)
+    if args.fix:
+        repair.fix(ctxt, findings, drivers, limit=args.fix_limit,
+                   only=args.case)
+    _emit(out, findings, skipped, unreachable, nova is not None, args)
+    if unreachable:
+        return EXIT_UNREACHABLE
+    if not findings:
+        return EXIT_CLEAN
+    if args.fix and all(f.result == repair.REPAIRED for f in findings):
+        return EXIT_REPAIRED
+    return EXIT_FOUND
+
+
+def _drivers(ctxt, conf, names):
+    """Drivers of the backends to audit; an unbuildable one is unreachable.
+
+    Returns ``({host@backend: driver}, {host@backend: Backend or None})``.
+    """
+    enabled = [b.strip() for b in (conf.enabled_backends or []) if b.strip()]
+    drivers, backends = {}, {}
+    for name in names or enabled or [None]:
+        group, backend_host = local.named_backend(name)
+        try:
+            driver = local.build_driver(ctxt, group, backend_host,
+                                        cluster_name=conf.cluster,
+                                        setup=False)
+            if getattr(driver, 'audit_needs_setup', True):
+                driver.do_setup(ctxt)
+            backends[backend_host] = None
+        except Exception as err:
+            driver = None
+            backends[backend_host] = cases.Backend(
+                backend_host, error='driver setup: %s: %s' % (
+                    type(err).__name__, err))
+        drivers[backend_host] = driver
+    return drivers, backends
+
+
+def _backend_of(conf, drivers):
+    """``host`` of a volume row -> the audited backend serving it.
+
+    In a cluster (``[DEFAULT] cluster``) any member's volume of the
+    cluster's backend is ours too.
+    """
+    from cinder.volume import volume_utils
+
+    ours = {b.split('@', 1)[1]: b for b in drivers if '@' in b}
+
+    def backend_of(host, cluster_name=None):
+        if not host:
+            return None
+        backend = volume_utils.extract_host(host, 'backend')
+        if cluster_name and conf.cluster and '@' in cluster_name:
+            cluster, name = volume_utils.extract_host(
+                cluster_name, 'backend').split('@', 1)
+            if cluster == conf.cluster and name in ours:
+                return ours[name]
+        return backend
+    return backend_of
+
+
+def _emit(out, findings, skipped, unreachable, nova_read, args):
+    rows = [f.row() for f in findings]
+    summary = {'found': len(findings),
+               'by case': {name: sum(1 for f in findings if f.case == name)
+                           for name in cases.CASES
+                           if any(f.case == name for f in findings)},
+               'not audited': dict(skipped),
+               'unreachable': unreachable,
+               'nova consulted': nova_read}
+    if args.fix:
+        summary['repaired'] = sum(1 for f in findings
+                                  if f.result == repair.REPAIRED)
+    if out.fmt == 'json':
+        out.emit({'findings': rows, 'summary': summary})
+        return
+    out.emit_list(rows, cases.COLUMNS)
+    out.emit(summary)
