@@ -261,7 +261,7 @@ class _VolumeAudit(object):
             self.add('in_use_without_attachment', action=DETACH_ALL,
                      evidence='status %s, attach_status %s, no live '
                               'attachment' % (vol.status, vol.attach_status))
-        elif vol.status in TRANSITIONS and not self.offloaded_reservation():
+        elif vol.status in TRANSITIONS and not self.reservation():
             finding = self.add(
                 'stuck_transition', action=DETACH_ALL,
                 evidence='status %s since %s' % (vol.status, vol.updated_at))
@@ -273,13 +273,13 @@ class _VolumeAudit(object):
             for a in self.live if a.connector)])
         return self.findings
 
-    def offloaded_reservation(self):
-        """A reserved volume of a shelved-offloaded instance is normal."""
-        if self.volume.status != 'reserved' or self.nova is None:
-            return False
-        return any(a.attach_status == 'reserved' and
-                   getattr(self.nova.bdm_of(a), 'vm_state',
-                           None) == 'shelved_offloaded' for a in self.live)
+    def reservation(self):
+        """Reserved, with a reserved attachment: the attachment's case.
+
+        Normal for a shelved-offloaded instance.
+        """
+        return self.volume.status == 'reserved' and any(
+            a.attach_status == 'reserved' for a in self.live)
 
     def attachment(self, att):
         nova = self.nova

@@ -149,7 +149,7 @@ def _drivers(ctxt, conf, names):
         group, backend_host = local.named_backend(name)
         try:
             driver = local.build_driver(ctxt, group, backend_host,
-                                        cluster_name=conf.cluster,
+                                        cluster_name=_cluster(conf),
                                         setup=False)
             if getattr(driver, 'audit_needs_setup', True):
                 driver.do_setup(ctxt)
@@ -161,6 +161,11 @@ def _drivers(ctxt, conf, names):
                     type(err).__name__, err))
         drivers[backend_host] = driver
     return drivers, backends
+
+
+def _cluster(conf):
+    # cinder-volume registers [DEFAULT] cluster; a command may not have.
+    return getattr(conf, 'cluster', None)
 
 
 def _backend_of(conf, drivers):
@@ -177,10 +182,10 @@ def _backend_of(conf, drivers):
         if not host:
             return None
         backend = volume_utils.extract_host(host, 'backend')
-        if cluster_name and conf.cluster and '@' in cluster_name:
+        if cluster_name and _cluster(conf) and '@' in cluster_name:
             cluster, name = volume_utils.extract_host(
                 cluster_name, 'backend').split('@', 1)
-            if cluster == conf.cluster and name in ours:
+            if cluster == _cluster(conf) and name in ours:
                 return ours[name]
         return backend
     return backend_of

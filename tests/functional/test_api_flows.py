@@ -145,6 +145,19 @@ class _NovaHandler(_QuietHandler):
             return self._json(200, {'version': version}
                               if path.endswith('2.1')
                               else {'versions': [version]})
+        if path == '/compute/v2.1/servers/detail':
+            # Every server on the first page; a marker asks for the next.
+            query = urllib.parse.parse_qs(self.path.partition('?')[2])
+            servers = [] if 'marker' in query else [
+                {'id': server_id, 'status': 'ACTIVE',
+                 'OS-EXT-STS:vm_state': server['vm_state'],
+                 'OS-EXT-SRV-ATTR:host': server.get('host'),
+                 'os-extended-volumes:volumes_attached': [
+                     {'id': v, 'delete_on_termination': False}
+                     for v in server.get('volumes', [])]}
+                for server_id, server in sorted(nova.servers.items())]
+            nova.listings.append(query)
+            return self._json(200, {'servers': servers})
         match = re.match(r'^/compute/v2\.1/servers/([^/]+)/'
                          r'os-volume_attachments/([^/]+)$', path)
         if match:
@@ -203,6 +216,10 @@ class MiniNova(_Server):
 
     def __init__(self):
         self.server_volumes = {}   # (server id, volume id) -> attachment id
+        # server id -> {'vm_state', 'host', 'volumes': [volume id]}, for
+        # GET /servers/detail (the audit's listing)
+        self.servers = {}
+        self.listings = []
         self.events = []
         self.lookups = []
         super(MiniNova, self).__init__()
