@@ -61,6 +61,16 @@ class SqliteArrayTestCase(test.TestCase):
         self.assertIsNone(self.array.find_host(wwpns('C')))
         self.assertEqual([], self.array.host_wwpns('nope'))
 
+    def test_masking_in_one_read(self):
+        self.assertEqual({}, self.array.masking())
+        self.array.ensure_host('a', wwpns('A'))
+        self.array.ensure_host('b', wwpns('B'))
+        self.array.map_volume('v1', 'a')
+        self.array.map_volume('v1', 'b')
+        self.array.map_volume('v2', 'b')
+        self.assertEqual({'v1': {'a': wwpns('A'), 'b': wwpns('B')},
+                          'v2': {'b': wwpns('B')}}, self.array.masking())
+
     def test_map_unmap_idempotent(self):
         self.array.ensure_host('a', wwpns('A'))
         self.array.ensure_host('b', wwpns('B'))
