@@ -327,7 +327,8 @@ class _VolumeAudit(object):
         for keys, group in by_host.items():
             connector = next((h.connector for h in group if h.connector),
                              None)
-            host = (connector or {}).get('host') or group[0].label
+            host = next((connector[k] for k in ('host', 'ip', 'initiator')
+                         if (connector or {}).get(k)), group[0].label)
             everyone = evidence.ANY_HOST in keys
             if deleted or not self.live:
                 action = TEARDOWN if deleted else DETACH_ALL

@@ -125,7 +125,8 @@ class RBDTestCase(base.CinderServicesTestCase):
         path = os.path.join(self.workdir, 'cinder.conf')
         c = self.cluster
         with open(path, 'w') as f:
-            f.write('[DEFAULT]\nstate_path = %s\nlock_path = %s\n'
+            f.write('[DEFAULT]\nhost = %s\n'
+                    'state_path = %s\nlock_path = %s\n'
                     '[oslo_concurrency]\nlock_path = %s\n'
                     '[database]\nconnection = %s\n'
                     '[coordination]\nbackend_url = %s\n'
@@ -133,8 +134,8 @@ class RBDTestCase(base.CinderServicesTestCase):
                     'rbd_ceph_conf = %s\nrbd_user = %s\nrbd_pool = %s\n'
                     'forcedetach_rbd_keyring = %s\n'
                     'forcedetach_rbd_timeout = 5\n' % (
-                        self.workdir, self.workdir, self.workdir,
-                        CONF.database.connection,
+                        self.volume.host, self.workdir, self.workdir,
+                        self.workdir, CONF.database.connection,
                         CONF.coordination.backend_url, DRIVER, c.conf,
                         c.user, c.pool, c.keyring))
         return path
@@ -618,6 +619,104 @@ class FenceTestCase(RBDTestCase):
 
 
 # -- connection_info refresh --------------------------------------------------
+
+
+class AuditTestCase(RBDTestCase):
+    """``cinder-forcedetach audit`` on RBD: live clients are the evidence.
+
+    The pool is shared with the other tests of this process: findings are
+    filtered to this test's volumes.
+    """
+
+    def audit(self, *args):
+        res = self.local_cli('audit', '--grace', '0', '--no-nova', *args)
+        self.assertNotIn(self.cluster.cinder_key, res.stdout + res.stderr)
+        try:
+            data = json.loads(res.stdout)
+        except ValueError:
+            self.fail('audit printed no JSON (exit %d): %s' % (
+                res.returncode, res.stderr[-3000:]))
+        return res.returncode, data['findings']
+
+    def mine(self, findings, *volume_ids):
+        return sorted((f['case'], f['host'], f['result']) for f in findings
+                      if f['volume'] in volume_ids)
+
+    def test_live_client_after_reset_state_is_found_and_fenced(self):
+        vol_id, _att, _info, writer = self.attached_volume('compute1')
+        self.api.api_post('/volumes/%s/action' % vol_id,
+                          {'os-reset_status': {'status': 'available',
+                                               'attach_status': 'detached'}},
+                          check_response_status=[202])
+        writer.wait_oks(3)
+
+        code, findings = self.audit()
+        self.assertEqual(3, code)
+        ip = fencing.addr_ip(writer.addr)
+        self.assertEqual([('leaked_export', ip, 'found')],
+                         self.mine(findings, vol_id))
+        writer.wait_oks(3)      # a plain audit touches nothing
+
+        fix_started = time.time()
+        code, findings = self.audit('--fix', '--case', 'leaked_export')
+        self.assertEqual([('leaked_export', ip, 'repaired')],
+                         self.mine(findings, vol_id))
+        self.assert_fenced_cleanly(writer, vol_id, time.time())
+        self.assertLess(fix_started, writer.errs()[0][3])
+        self.assertIn(writer.addr, self.cluster.blocklist())
+        self.new_client_writes(vol_id)
+        _code, findings = self.audit()
+        self.assertEqual([], self.mine(findings, vol_id))
+
+    def test_host_cinder_forgot_is_fenced_the_other_kept(self):
+        if not self.cluster.shim:
+            self.skipTest('needs the bind shim (gcc) to give each host its '
+                          'own address')
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att_a, info_a = self.attach(vol_id, 'compute1')
+        _att_b, info_b = self.attach(vol_id, 'compute2')
+        a = self.writer(info_a, 'compute1', tag='A', base=0)
+        b = self.writer(info_b, 'compute2', tag='B', base=10000)
+        objects.VolumeAttachment.get_by_id(self.ctxt, att_a['id']).destroy()
+
+        code, findings = self.audit('--fix')
+        self.assertEqual([('leaked_export', HOST_IPS['compute1'],
+                           'repaired')], self.mine(findings, vol_id))
+        a.wait_fenced()
+        b.wait_oks(10)
+        self.assertEqual([], b.errs())
+        self.assertEqual('in-use', self.db_volume(vol_id).status)
+        _code, findings = self.audit()
+        self.assertEqual([], self.mine(findings, vol_id))
+
+    def test_fence_that_outlived_its_volume_is_lifted(self):
+        vol_id, _att, _info, writer = self.attached_volume('compute1')
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        writer.wait_fenced()
+        writer.finish()
+        self.api.delete_volume(vol_id)
+        self.wait_volume_gone(vol_id)
+        self.assertIn(writer.addr, self.cluster.blocklist())
+
+        _code, findings = self.audit()
+        self.assertEqual([('stale_fence', None, 'found')],
+                         self.mine(findings, vol_id))
+        _code, findings = self.audit('--fix', '--case', 'stale_fence')
+        self.assertEqual([('stale_fence', None, 'repaired')],
+                         self.mine(findings, vol_id))
+        self.assertNotIn(writer.addr, self.cluster.blocklist())
+        _code, findings = self.audit()
+        self.assertEqual([], self.mine(findings, vol_id))
+
+    def wait_volume_gone(self, volume_id, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            vols = [v['id'] for v in self.api.get_volumes()]
+            if volume_id not in vols:
+                return
+            time.sleep(0.2)
+        self.fail('volume %s was not deleted' % volume_id)
 
 
 class RefreshTestCase(RBDTestCase):
