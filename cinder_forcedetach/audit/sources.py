@@ -56,6 +56,29 @@ def _connector(text):
     return evidence.public_connector(value)
 
 
+def backend_resolver(cluster, audited):
+    """``f(volume host, cluster_name)`` -> ``host@backend`` serving it.
+
+    *audited*: the ``host@backend`` names being audited.  In a cluster
+    (cinder.conf ``[DEFAULT] cluster``), a volume of any member of the
+    cluster's backend is served by ours of the same backend name.
+    """
+    from cinder.volume import volume_utils
+
+    ours = {b.split('@', 1)[1]: b for b in audited if '@' in b}
+
+    def backend_of(host, cluster_name=None):
+        if not host:
+            return None
+        if cluster and cluster_name and '@' in cluster_name:
+            member, name = volume_utils.extract_host(
+                cluster_name, 'backend').split('@', 1)
+            if member == cluster and name in ours:
+                return ours[name]
+        return volume_utils.extract_host(host, 'backend')
+    return backend_of
+
+
 class CinderDB(object):
     """Cinder's rows, through Cinder's engine (``[database] connection``)."""
 

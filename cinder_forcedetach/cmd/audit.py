@@ -37,6 +37,7 @@ or an error, 5 a source unreachable (Cinder's database, a backend, Nova).
 
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.audit import repair
+from cinder_forcedetach.audit import runner
 from cinder_forcedetach.audit import sources
 from cinder_forcedetach.cmd.errors import CliError
 from cinder_forcedetach.cmd import local
@@ -92,59 +93,54 @@ def _positive(value):
 def audit(conf, args, out):
     """Read, classify, repair with --fix; print the plan and its results."""
     from cinder import context
-    from oslo_utils import timeutils
 
     ctxt = context.get_admin_context()
-    unreachable = []
-    drivers, backends = _drivers(ctxt, conf, args.backend)
-    cinder = sources.CinderDB(ctxt, conf.volume_name_template,
-                              _backend_of(conf, drivers))
-    try:
-        volumes, attachments = cinder.read()
-    except sources.Unreachable as err:
-        raise CliError(EXIT_UNREACHABLE, str(err))
-    for name, driver in drivers.items():
-        if backends[name] is None:
-            backends[name] = sources.read_backend(name, driver)
-        if backends[name].error:
-            unreachable.append('backend %s: %s' % (name,
-                                                   backends[name].error))
-        else:
-            sources.attach_holders(backends[name], cinder, volumes)
-    nova = None
+    drivers, broken = _drivers(ctxt, conf, args.backend)
     if args.nova_file:
         try:
             nova = sources.read_nova_file(args.nova_file)
         except ValueError as err:
             raise CliError(EXIT_ERROR, str(err))
-    elif not args.no_nova:
-        try:
-            nova = sources.read_nova_api(ctxt)
-        except sources.Unreachable as err:
-            unreachable.append(str(err))
-    snapshot = cases.Snapshot(volumes, attachments, backends, nova,
-                              now=timeutils.utcnow())
-    findings, skipped = cases.classify(snapshot, grace=args.grace)
-    if args.fix:
-        repair.fix(ctxt, findings, drivers, limit=args.fix_limit,
-                   only=args.case)
-    _emit(out, findings, skipped, unreachable, nova is not None, args)
-    if unreachable:
+
+        def read_nova():
+            return nova
+    elif args.no_nova:
+        read_nova = None
+    else:
+        def read_nova():
+            return sources.read_nova_api(ctxt)
+    try:
+        report = runner.run(
+            ctxt, drivers, conf.volume_name_template,
+            sources.backend_resolver(_cluster(conf),
+                                     list(drivers) + list(broken)),
+            read_nova=read_nova, grace=args.grace, fix=args.fix,
+            limit=args.fix_limit, only=args.case, broken=broken)
+    except sources.Unreachable as err:
+        raise CliError(EXIT_UNREACHABLE, str(err))
+    rows = [f.row() for f in report.findings]
+    if out.fmt == 'json':
+        out.emit({'findings': rows, 'summary': report.summary(args.fix)})
+    else:
+        out.emit_list(rows, cases.COLUMNS)
+        out.emit(report.summary(args.fix))
+    if report.unreachable:
         return EXIT_UNREACHABLE
-    if not findings:
+    if not report.findings:
         return EXIT_CLEAN
-    if args.fix and all(f.result == repair.REPAIRED for f in findings):
+    if args.fix and all(f.result == repair.REPAIRED
+                        for f in report.findings):
         return EXIT_REPAIRED
     return EXIT_FOUND
 
 
 def _drivers(ctxt, conf, names):
-    """Drivers of the backends to audit; an unbuildable one is unreachable.
+    """Drivers of the backends to audit, and why others could not be built.
 
-    Returns ``({host@backend: driver}, {host@backend: Backend or None})``.
+    Returns ``({host@backend: driver}, {host@backend: error})``.
     """
     enabled = [b.strip() for b in (conf.enabled_backends or []) if b.strip()]
-    drivers, backends = {}, {}
+    drivers, broken = {}, {}
     for name in names or enabled or [None]:
         group, backend_host = local.named_backend(name)
         try:
@@ -153,58 +149,14 @@ def _drivers(ctxt, conf, names):
                                         setup=False)
             if getattr(driver, 'audit_needs_setup', True):
                 driver.do_setup(ctxt)
-            backends[backend_host] = None
         except Exception as err:
-            driver = None
-            backends[backend_host] = cases.Backend(
-                backend_host, error='driver setup: %s: %s' % (
-                    type(err).__name__, err))
-        drivers[backend_host] = driver
-    return drivers, backends
+            broken[backend_host] = 'driver setup: %s: %s' % (
+                type(err).__name__, err)
+        else:
+            drivers[backend_host] = driver
+    return drivers, broken
 
 
 def _cluster(conf):
     # cinder-volume registers [DEFAULT] cluster; a command may not have.
     return getattr(conf, 'cluster', None)
-
-
-def _backend_of(conf, drivers):
-    """``host`` of a volume row -> the audited backend serving it.
-
-    In a cluster (``[DEFAULT] cluster``) any member's volume of the
-    cluster's backend is ours too.
-    """
-    from cinder.volume import volume_utils
-
-    ours = {b.split('@', 1)[1]: b for b in drivers if '@' in b}
-
-    def backend_of(host, cluster_name=None):
-        if not host:
-            return None
-        backend = volume_utils.extract_host(host, 'backend')
-        if cluster_name and _cluster(conf) and '@' in cluster_name:
-            cluster, name = volume_utils.extract_host(
-                cluster_name, 'backend').split('@', 1)
-            if cluster == _cluster(conf) and name in ours:
-                return ours[name]
-        return backend
-    return backend_of
-
-
-def _emit(out, findings, skipped, unreachable, nova_read, args):
-    rows = [f.row() for f in findings]
-    summary = {'found': len(findings),
-               'by case': {name: sum(1 for f in findings if f.case == name)
-                           for name in cases.CASES
-                           if any(f.case == name for f in findings)},
-               'not audited': dict(skipped),
-               'unreachable': unreachable,
-               'nova consulted': nova_read}
-    if args.fix:
-        summary['repaired'] = sum(1 for f in findings
-                                  if f.result == repair.REPAIRED)
-    if out.fmt == 'json':
-        out.emit({'findings': rows, 'summary': summary})
-        return
-    out.emit_list(rows, cases.COLUMNS)
-    out.emit(summary)

@@ -40,11 +40,14 @@ import socket
 from cinder import exception as cinder_exception
 from cinder.tests.functional.api import client
 from cinder.volume import configuration
+from cinder.volume import volume_utils
 import ddt
 import fixtures
 from oslo_config import cfg
 
 # Imported before flags are set, so that its options are registered.
+from cinder_forcedetach.audit import runner
+from cinder_forcedetach.audit import sources
 from cinder_forcedetach.drivers import fc  # noqa: F401
 from cinder_forcedetach import exception
 from cinder_forcedetach.flows import force_detach as flow
@@ -395,3 +398,48 @@ class FCForceDetachTestCase(CinderFCTestCase):
         self.api.api_delete('/attachments/%s' % att['id'])
         self.wait_volume(vol_id, ('available',))
         self.assert_torn_down(vol_id, host)
+
+
+class FCAuditTestCase(CinderFCTestCase):
+    """The audit pass on the FC driver's array and the emulated fabric.
+
+    In this process, through :func:`cinder_forcedetach.audit.runner.run`:
+    the command's path without its configuration loading (the command
+    itself runs on tgt in :mod:`tests.functional.test_audit`).
+    """
+
+    def audit(self, **kwargs):
+        backend = volume_utils.extract_host(self.volume.host, 'backend')
+        report = runner.run(self.ctxt, {backend: self.driver},
+                            CONF.volume_name_template,
+                            sources.backend_resolver(None, [backend]),
+                            **kwargs)
+        self.assertEqual([], report.unreachable)
+        return report.findings
+
+    def test_mapping_left_by_reset_state_is_unmapped_and_unzoned(self):
+        vol_id, _att, _info, host, _device = self.attached()
+        self.api.api_post('/volumes/%s/action' % vol_id,
+                          {'os-reset_status': {'status': 'available',
+                                               'attach_status': 'detached'}},
+                          check_response_status=[202])
+        (finding,) = self.audit()
+        self.assertEqual(('leaked_export', vol_id),
+                         (finding.case, finding.volume_id))
+        self.assertEqual(sorted(host.wwpns), sorted(
+            finding.connector['wwpns']))
+        self.assertEqual(['repaired'],
+                         [f.result for f in self.audit(fix=True)])
+        self.assert_torn_down(vol_id, host)
+        self.assertEqual([], self.audit(fix=True))
+
+    def test_mapping_lost_behind_cinders_back(self):
+        vol_id, att, _info, host, _device = self.attached()
+        self.array.unmap_volume('volume-%s' % vol_id)
+        (finding,) = self.audit()
+        self.assertEqual(('attached_not_exported', att['id']),
+                         (finding.case, finding.attachment_id))
+        self.assertEqual(['repaired'],
+                         [f.result for f in self.audit(fix=True)])
+        self.assert_torn_down(vol_id, host)
+        self.assertEqual([], self.audit())

@@ -137,3 +137,17 @@ class NamePatternTestCase(testtools.TestCase):
         pattern = sources._name_pattern('vol-%s.img')
         self.assertEqual('abc', pattern.match('vol-abc.img').group(1))
         self.assertIsNone(pattern.match('volume-abc'))
+
+
+class BackendResolverTestCase(testtools.TestCase):
+
+    def test_hosts_and_cluster_members(self):
+        backend_of = sources.backend_resolver('c1', ['node1@tgt'])
+        self.assertEqual('node1@tgt', backend_of('node1@tgt#pool'))
+        self.assertEqual('node1@tgt', backend_of('node2@tgt#pool',
+                                                 'c1@tgt#pool'))
+        self.assertEqual('node2@rbd', backend_of('node2@rbd#p', 'c1@rbd'))
+        self.assertEqual('node2@tgt', backend_of('node2@tgt', 'c2@tgt'))
+        self.assertIsNone(backend_of(None))
+        alone = sources.backend_resolver(None, ['node1@tgt'])
+        self.assertEqual('node2@tgt', alone('node2@tgt', 'c1@tgt'))
