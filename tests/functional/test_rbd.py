@@ -668,6 +668,22 @@ class AuditTestCase(RBDTestCase):
         _code, findings = self.audit()
         self.assertEqual([], self.mine(findings, vol_id))
 
+    def test_watch_of_a_killed_client_is_found_and_fenced(self):
+        """A client killed with SIGKILL keeps its watch until it expires."""
+        vol_id, _att, _info, writer = self.attached_volume('compute1')
+        writer.stop()                   # SIGKILL: no close, no unwatch
+        self.api.api_post('/volumes/%s/action' % vol_id,
+                          {'os-reset_status': {'status': 'available',
+                                               'attach_status': 'detached'}},
+                          check_response_status=[202])
+        code, findings = self.audit('--fix')
+        self.assertEqual([('leaked_export', fencing.addr_ip(writer.addr),
+                           'repaired')], self.mine(findings, vol_id))
+        self.assertIn(writer.addr, self.cluster.blocklist())
+        self.new_client_writes(vol_id)
+        _code, findings = self.audit()
+        self.assertEqual([], self.mine(findings, vol_id))
+
     def test_host_cinder_forgot_is_fenced_the_other_kept(self):
         if not self.cluster.shim:
             self.skipTest('needs the bind shim (gcc) to give each host its '
