@@ -76,6 +76,14 @@ CASES = collections.OrderedDict((c.name, c) for c in (
          '(Cinder\'s own os-complete / attachment delete race)',
          'UseCase 3 with no attachment row left',
          'force-detach the volume (our flow): teardown, then available'),
+    Case('interrupted_force_detach',
+         'a force-detach stopped half-way (a crash): its record of the hosts '
+         'it was revoking is still on the volume',
+         'any: the teardown it began may have left the DB and the backend '
+         'apart',
+         'run the force-detach again for the recorded hosts (our flow), '
+         'which finishes it and clears the record; refused while an '
+         'instance is active on one of their attachments'),
     Case('stale_fence',
          'a fence (blocklist entry) force-detach set is still active but '
          'its volume is deleted',
@@ -89,6 +97,7 @@ DETACH = 'detach'            # flow with the attachment id
 DETACH_ALL = 'detach-all'    # flow without connector nor attachment
 TEARDOWN = 'teardown'        # flow without the DB (a deleted volume)
 LIFT_FENCE = 'lift-fence'
+RESUME = 'resume'            # flow for each recorded connector
 NONE = 'none'                # not ours to repair
 
 TRANSITIONS = ('attaching', 'detaching', 'reserved')
@@ -109,6 +118,8 @@ class Finding(object):
     evidence: str = ''
     action: str = NONE
     connector: Optional[dict] = None
+    #: RESUME: the recorded connectors (None: every host)
+    connectors: Optional[list] = None
     addr: Optional[str] = None
     #: why --fix will not repair it (None: it may)
     refused: Optional[str] = None
@@ -123,7 +134,8 @@ class Finding(object):
                 DETACH: 'force-detach attachment',
                 DETACH_ALL: 'force-detach volume',
                 TEARDOWN: 'teardown (volume deleted)',
-                LIFT_FENCE: 'lift fence'}[self.action]
+                LIFT_FENCE: 'lift fence',
+                RESUME: 'finish the force-detach'}[self.action]
 
     def row(self):
         return {'case': self.case, 'volume': self.volume_id,
@@ -256,6 +268,8 @@ class _VolumeAudit(object):
             if self.holders:
                 self.leaked(self.holders, deleted=True)
             return self.findings
+        if vol.in_teardown is not None:
+            return self.interrupted(vol.in_teardown)
         if not self.live and (vol.status == 'in-use' or
                               vol.attach_status == 'attached'):
             self.add('in_use_without_attachment', action=DETACH_ALL,
@@ -271,6 +285,21 @@ class _VolumeAudit(object):
         self.leaked([h for h in self.holders if not any(
             evidence.holder_reaches(h, evidence.connector_keys(a.connector))
             for a in self.live if a.connector)])
+        return self.findings
+
+    def interrupted(self, connectors):
+        """One finding: finishing the force-detach repairs the rest."""
+        everyone = any(c is None for c in connectors)
+        leaving = [a for a in self.live if everyone or any(
+            evidence.connector_keys(a.connector) &
+            evidence.connector_keys(c) for c in connectors)]
+        hosts = ', '.join(sorted((c or {}).get('host') or '*'
+                                 for c in connectors))
+        finding = self.add('interrupted_force_detach', host=hosts,
+                           action=RESUME, connectors=list(connectors),
+                           evidence='force-detach record for %s; status %s'
+                                    % (hosts, self.volume.status))
+        self.refuse_if_nova_holds(finding, leaving)
         return self.findings
 
     def reservation(self):

@@ -47,9 +47,12 @@ Holder.__doc__ = """Someone the backend lets reach a volume now.
 Volume = collections.namedtuple('Volume', [
     'id', 'name', 'status', 'attach_status', 'backend', 'updated_at',
     'deleted', 'in_teardown'])
-Volume.__doc__ = """A row of Cinder's volumes table (``backend``:
-``host@backend``, without the pool; ``in_teardown``: a force-detach was
-interrupted, its record is in the admin metadata)."""
+Volume.__doc__ = """A row of Cinder's volumes table.
+
+``backend``: ``host@backend``, without the pool.  ``in_teardown``: None,
+or the connectors an interrupted force-detach was revoking (``None`` in
+the list: every host), from its record in the admin metadata.
+"""
 
 Attachment = collections.namedtuple('Attachment', [
     'id', 'volume_id', 'attach_status', 'instance_uuid', 'connector',

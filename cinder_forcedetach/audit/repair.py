@@ -45,6 +45,9 @@ def _run(context, driver, finding):
                  attachment_id=finding.attachment_id)
     elif finding.action == cases.DETACH_ALL:
         flow.run(context, driver, volume)
+    elif finding.action == cases.RESUME:
+        for connector in finding.connectors or [None]:
+            flow.run(context, driver, volume, connector=connector)
     elif finding.action == cases.TEARDOWN:
         flow.run(context, driver, volume, reset_database=False)
     else:

@@ -46,6 +46,17 @@ def _name_pattern(template):
     return re.compile('^%s(.+)%s$' % (re.escape(head), re.escape(tail)))
 
 
+def _teardown_record(text):
+    """The connectors of a force-detach record (see attachments.py)."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return [None]
+    if not isinstance(value, list):
+        return [None]
+    return [c if isinstance(c, dict) else None for c in value] or [None]
+
+
 def _connector(text):
     if not text:
         return None
@@ -103,9 +114,10 @@ class CinderDB(object):
         mt = models.VolumeAdminMetadata.__table__
         try:
             with self._session() as session:
-                marked = set(session.execute(sa.select(mt.c.volume_id).where(
+                marked = dict(session.execute(sa.select(
+                    mt.c.volume_id, mt.c.value).where(
                     mt.c.deleted.is_(False),
-                    mt.c.key == fd_attachments.TEARDOWN_MARK)).scalars())
+                    mt.c.key == fd_attachments.TEARDOWN_MARK)).all())
                 volumes = {}
                 for row in session.execute(self._volume_query(vt).where(
                         vt.c.deleted.is_(False))):
@@ -135,12 +147,14 @@ class CinderDB(object):
                          vt.c.updated_at,
                          vt.c.deleted)
 
-    def _volume(self, row, marked=()):
+    def _volume(self, row, marked=None):
+        record = (marked or {}).get(row.id)
         return evidence.Volume(
             row.id, self.name_template % (row._name_id or row.id),
             row.status, row.attach_status,
             self.backend_of(row.host, row.cluster_name),
-            row.updated_at, bool(row.deleted), row.id in marked)
+            row.updated_at, bool(row.deleted),
+            None if record is None else _teardown_record(record))
 
     def deleted(self, ids):
         """Deleted volumes among *ids* (their name ids too), by id."""

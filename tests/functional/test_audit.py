@@ -33,18 +33,23 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 import uuid
 
 from cinder import objects
+from cinder.volume import volume_utils
 import fixtures
 from testtools import content
 
+from cinder_forcedetach.audit import runner
+from cinder_forcedetach.audit import sources
 from tests.functional import base
 from tests.functional import test_api_flows
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 CONF = base.CONF
+CRASH_EXIT = 77
 
 
 class AuditTestCase(base.CinderTgtTestCase):
@@ -212,7 +217,8 @@ class AuditTestCase(base.CinderTgtTestCase):
         self.assertEqual((reserved['id'], 'repaired'),
                          (row['attachment'], row['result']))
         self.assertEqual('available', self.db_volume(reserved_vol).status)
-        self.assertEqual(0, len(self.db_volume(reserved_vol).volume_attachment))
+        self.assertEqual(
+            0, len(self.db_volume(reserved_vol).volume_attachment))
         code, by_case, _data = self.audit('--nova-file', nova, '--fix')
         self.assertEqual((3, ['bdm_without_attachment']),
                          (code, list(by_case)))
@@ -316,3 +322,54 @@ class AuditTestCase(base.CinderTgtTestCase):
         for vol, session in sessions.items():
             self.assert_torn_down(vol, session)
         self.assert_clean('--no-nova')
+
+    def test_crash_during_fix_then_rerun_converges(self):
+        """The process running --fix dies after the target is removed.
+
+        In a forked child (the pass the command runs, in this process's
+        services) that exits at once after ``remove_export``; the re-run
+        finishes: DB reset, nothing left.
+        """
+        vol = self.create_volume()['id']
+        _att, session = self.attach_instance(vol, 'compute1')
+        self.reset_status(vol, status='available', attach_status='detached')
+        backend = volume_utils.extract_host(self.volume.host, 'backend')
+
+        def audit_pass(**kwargs):
+            return runner.run(self.ctxt, {backend: self.driver},
+                              CONF.volume_name_template,
+                              sources.backend_resolver(None, [backend]),
+                              **kwargs).findings
+
+        report = os.path.join(self.workdir, 'child-traceback')
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            code = 1
+            try:
+                real = self.driver.remove_export_unlocked
+
+                def crashing(*args, **kwargs):
+                    real(*args, **kwargs)
+                    os._exit(CRASH_EXIT)
+                self.driver.remove_export_unlocked = crashing
+                audit_pass(fix=True)
+            except BaseException:
+                with open(report, 'w') as f:
+                    f.write(traceback.format_exc())
+            finally:
+                os._exit(code)
+        _pid, status = os.waitpid(pid, 0)
+        self.assertEqual(CRASH_EXIT, os.waitstatus_to_exitcode(status),
+                         open(report).read() if os.path.exists(report)
+                         else '')
+        self.assertIsNone(self.target_state(vol))
+        # The record of the hosts being revoked (null: every host) survived.
+        self.assertEqual('[null]', self.db_volume(vol).admin_metadata.get(
+            'forcedetach_teardown'))
+
+        self.assertEqual(['repaired'],
+                         [f.result for f in audit_pass(fix=True)])
+        self.assert_torn_down(vol, session)
+        self.assertNotIn('forcedetach_teardown',
+                         self.db_volume(vol).admin_metadata)
+        self.assertEqual([], audit_pass(fix=True))

@@ -28,9 +28,9 @@ IQN2 = 'iqn.2026-11.org.example:compute2'
 
 
 def volume(vid='v1', status='in-use', attach_status='attached', deleted=False,
-           updated_at=OLD, backend=BACKEND):
+           updated_at=OLD, backend=BACKEND, in_teardown=None):
     return evidence.Volume(vid, 'volume-%s' % vid, status, attach_status,
-                           backend, updated_at, deleted, False)
+                           backend, updated_at, deleted, in_teardown)
 
 
 def attachment(aid, vid='v1', host='compute1', status='attached',
@@ -224,6 +224,31 @@ class ClassifyTestCase(testtools.TestCase):
         (finding,) = classify(snap)[0]
         self.assertEqual(('in_use_without_attachment', cases.DETACH_ALL),
                          (finding.case, finding.action))
+
+    def test_interrupted_force_detach_is_finished(self):
+        c1 = {'host': 'compute1', 'initiator': IQN1}
+        snap = snapshot([volume(in_teardown=[c1])],
+                        [attachment('a1'), attachment('a2', host='compute2',
+                                                      iqn=IQN2,
+                                                      instance='i2')],
+                        {'v1': [acl(IQN2)]},
+                        cases.Nova([bdm(att='a1', state='deleted'),
+                                    bdm('i2', att='a2')],
+                                   {'i2': 'active'}))
+        (finding,) = classify(snap)[0]
+        self.assertEqual(('interrupted_force_detach', cases.RESUME, [c1],
+                          'compute1', None),
+                         (finding.case, finding.action, finding.connectors,
+                          finding.host, finding.refused))
+
+    def test_interrupted_force_detach_of_an_active_instance_is_refused(self):
+        snap = snapshot([volume(in_teardown=[None])], [attachment('a1')],
+                        {'v1': [acl()]},
+                        cases.Nova([bdm(att='a1')], {'i1': 'active'}))
+        (finding,) = classify(snap)[0]
+        self.assertEqual(('interrupted_force_detach', '*'),
+                         (finding.case, finding.host))
+        self.assertIn('instance i1 is active', finding.refused)
 
     def test_fence_outliving_its_volume(self):
         fences = [evidence.Fence('127.0.0.11:0/1', 'v1', True),

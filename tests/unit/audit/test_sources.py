@@ -56,7 +56,7 @@ class _Cinder(object):
 
 def _volume(vid, deleted=False):
     return evidence.Volume(vid, 'volume-%s' % vid, 'available', 'detached',
-                           None, None, deleted, False)
+                           None, None, deleted, None)
 
 
 HOLDER = evidence.Holder('watcher', frozenset({'ip:10.0.0.1'}),
