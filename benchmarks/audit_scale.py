@@ -513,6 +513,14 @@ def fill(path, fleet):
 
 # -- the measured pass (one fresh process per size) ---------------------------
 
+def _status_mb(field):
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
 def rss_mb():
     """Peak RSS of this process so far, in MB.
 
@@ -520,11 +528,8 @@ def rss_mb():
     also counts, on Linux, the peak of the image this process was
     exec'ed from (the forking parent, which holds the generated rows).
     """
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith('VmHWM:'):
-                return int(line.split()[1]) / 1024.0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return _status_mb('VmHWM') or (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
 
 
 class ListingTarget(object):
@@ -615,30 +620,36 @@ def measure(workdir):
     rss_imports = rss_mb()
 
     phases = collections.OrderedDict()
+    marks = {}
     start = time.perf_counter()
     cinder = sources.CinderDB(ctxt, conf.volume_name_template,
                               backend_resolver(conf, driver))
     volumes, attachments = cinder.read()
     phases['cinder read'] = time.perf_counter() - start
+    marks['cinder read'] = (_status_mb('VmRSS'), rss_mb())
 
     start = time.perf_counter()
     backend = sources.read_backend(BACKEND, driver)
     phases['backend read+parse'] = time.perf_counter() - start
+    marks['backend read+parse'] = (_status_mb('VmRSS'), rss_mb())
     if backend.error:
         raise RuntimeError('backend: %s' % backend.error)
     start = time.perf_counter()
     sources.attach_holders(backend, cinder, volumes)
     phases['match holders'] = time.perf_counter() - start
+    marks['match holders'] = (_status_mb('VmRSS'), rss_mb())
 
     start = time.perf_counter()
     nova = sources.read_nova_file(params['nova'])
     phases['nova read'] = time.perf_counter() - start
+    marks['nova read'] = (_status_mb('VmRSS'), rss_mb())
 
     start = time.perf_counter()
     snapshot = cases.Snapshot(volumes, attachments, {BACKEND: backend},
                               nova, now=timeutils.utcnow())
     findings, skipped = cases.classify(snapshot, grace=GRACE)
     phases['classify'] = time.perf_counter() - start
+    marks['classify'] = (_status_mb('VmRSS'), rss_mb())
     peak = rss_mb()
 
     live_volumes = sum(1 for v in volumes.values() if not v.deleted)
@@ -653,7 +664,7 @@ def measure(workdir):
                if (f.case, f.volume_id, f.attachment_id) in extra][:5]
     result = {
         'phases': phases, 'imports': imports, 'rss_imports': rss_imports,
-        'rss_peak': peak, 'volumes': live_volumes,
+        'rss_peak': peak, 'rss_marks': marks, 'volumes': live_volumes,
         'attachments': live_attachments, 'backend': target.times,
         'listing': target.sizes, 'targets': len(backend.holders),
         'skipped': dict(skipped), 'findings': len(findings),
@@ -777,6 +788,12 @@ def report(sizes, results, infos, setup):
                   b['tgtadm show'], infos[n]['targets'] -
                   infos[n]['real targets'], ls['synthetic'] / 1e6,
                   b['synthetic read'], b['parse']))
+
+    print('\nMemory after each phase (RSS now / peak so far, MB):')
+    for n in sizes:
+        marks = results[n]['rss_marks']
+        print('  %6d: ' % n + ';  '.join(
+            '%s %.0f/%.0f' % ((p,) + tuple(marks[p])) for p in PHASES))
 
     print('\nSeeded cases: found/seeded (missed, false positives):')
     print('%-28s' % 'case' + ''.join('%26s' % ('N=%d' % n) for n in sizes))
