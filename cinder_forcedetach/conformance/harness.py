@@ -53,6 +53,10 @@ CAPABILITIES = ('multiattach', 'fencing') + PROTOCOLS
 # Options of a backend section the harness sets itself or that make no
 # sense in one in-process volume service.
 SKIPPED_OPTIONS = ('volume_driver', 'enabled_backends', 'backend_host')
+# RBD tells hosts apart by the address their clients use: each host of the
+# kit gets its own loopback address (a probe binds its clients to it).
+RBD_HOST_IPS = {'conformance-host1': '127.0.0.11',
+                'conformance-host2': '127.0.0.12'}
 _PROTOCOL_NAMES = {'iscsi': 'iscsi', 'fc': 'fc', 'fibre_channel': 'fc',
                    'rbd': 'rbd', 'ceph': 'rbd'}
 
@@ -100,7 +104,10 @@ def parse_capabilities(value):
 
 
 def default_connector(host, protocol):
-    """The connector os-brick would build on *host* for *protocol*."""
+    """The connector os-brick would build on *host* for *protocol*.
+
+    RBD's names the host's own loopback address (:data:`RBD_HOST_IPS`).
+    """
     digest = hashlib.sha256(host.encode()).hexdigest()
     connector = {'host': host, 'ip': '127.0.0.1', 'platform': 'x86_64',
                  'os_type': 'linux', 'multipath': False}
@@ -112,6 +119,9 @@ def default_connector(host, protocol):
                               for i in range(2)]
         connector['wwnns'] = ['2000%s%d' % (digest[:11], i)
                               for i in range(2)]
+    elif protocol == 'rbd':
+        connector['ip'] = RBD_HOST_IPS.get(host, '127.0.0.1')
+        connector['do_local_attach'] = False
     return connector
 
 
@@ -126,7 +136,8 @@ class Target(object):
         :func:`parse_capabilities`); undeclared ones come from the class
         attribute ``conformance_capabilities``, then from the driver
         (``protocol``, whether ``fence_clients`` is overridden, the
-        ``multiattach`` of its volume stats).
+        ``multiattach`` of its volume stats).  Cinder's ``STORAGE_PROTOCOL``
+        counts as ``protocol`` (RBD: ``ceph``).
     :param connector_factory: ``f(host_name, protocol) -> connector``
         (default: :func:`default_connector`).
     :param extra_flags: more Cinder flags, as ``_get_flags`` returns them
@@ -205,7 +216,8 @@ class Target(object):
         if 'protocol' not in caps:
             caps['protocol'] = normalize_protocol(
                 getattr(cls, 'protocol', None) or
-                getattr(cls, 'storage_protocol', None))
+                getattr(cls, 'storage_protocol', None) or
+                getattr(cls, 'STORAGE_PROTOCOL', None))
         if 'fencing' not in caps:
             caps['fencing'] = (getattr(cls, 'fence_clients', None) is not
                                mixin.ForceDetachMixin.fence_clients)

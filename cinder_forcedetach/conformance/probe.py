@@ -18,10 +18,18 @@ access: it asks an :class:`AccessProbe`, which reads the backend itself
 for its backend and names it with ``--probe module.Class``; the class is
 built without arguments.
 
+Where access is a live client rather than a grant (RBD), the probe also
+makes the clients: the kit calls :meth:`AccessProbe.connect` after each
+attachment it makes and :meth:`AccessProbe.disconnect_all` when the
+check ends.  Both are no-ops by default.
+
 Ours: :class:`TgtProbe` (tgtd targets of
-:class:`~cinder_forcedetach.drivers.iscsi.TgtISCSIDriver`) and
+:class:`~cinder_forcedetach.drivers.iscsi.TgtISCSIDriver`),
 :class:`FCArrayProbe` (LUN masking of
-:class:`~cinder_forcedetach.drivers.fc.FibreChannelDriver`'s array).
+:class:`~cinder_forcedetach.drivers.fc.FibreChannelDriver`'s array) and
+:class:`cinder_forcedetach.conformance.rbd_probe.RBDProbe` (watchers and
+the OSD blocklist of :class:`~cinder_forcedetach.drivers.rbd.RBDDriver`'s
+images, with a live librbd client per host).
 """
 
 import importlib
@@ -54,6 +62,26 @@ class AccessProbe(object):
         ``remove_export`` have run: no target, no mapping, no client.
         """
         raise NotImplementedError()
+
+    def connect(self, driver, volume, connector, connection_info):
+        """Optional: make the host of *connector* a live client of *volume*.
+
+        The kit calls it right after each attachment it makes through
+        Cinder's API (attachment create with *connector*, then
+        ``os-complete``), with the attachment's ``connection_info`` as the
+        API returned it, before it asks :meth:`host_has_access`.  A backend
+        where access is a session or client that the host itself opens
+        (RBD: a librbd client holding the image) starts one here, as the
+        host would; a raise fails the check's precondition.  Default:
+        nothing (access is a grant the probe reads: ACL, LUN masking).
+        """
+
+    def disconnect_all(self):
+        """Optional: stop every client :meth:`connect` started.
+
+        Called when each check ends, before the kit deletes the check's
+        volumes; must be idempotent.  Default: nothing.
+        """
 
 
 class TgtProbe(AccessProbe):

@@ -24,6 +24,7 @@ R3        a host Cinder keeps keeps its access (multiattach)
 R4        a hook that fails leaves Cinder's database unchanged, and the
           error names the step
 R5        a crash after any step's backend call, then a re-run, converges
+          (the crash is a real process death: see :func:`run_in_child`)
 R6        bad connectors are refused, through Cinder's API, before
           anything is exported
 R7        the probe says a detached host lost its access
@@ -33,8 +34,20 @@ A check is ``test_R<n>_<what>``; its failure message starts with the
 rule (``R1 idempotent revoke_host_access(one host): call 2/10 raised
 ...``).  A check the driver's capabilities exclude is skipped with a
 reason starting ``n/a (capability``.
+
+On a driver that fences (``fencing``), a host's teardown is
+``revoke_host_access`` then ``fence_clients``, as in the flow: the checks
+that call the hooks themselves and then ask whether a host lost its access
+(R1, R2) fence before they ask.
 """
 
+import os
+import signal
+import tempfile
+import time
+import traceback
+
+import eventlet
 import fixtures
 
 from cinder.tests.functional.api import client
@@ -91,8 +104,79 @@ class InjectedFault(Exception):
     """R4: the fault the kit injects into a hook."""
 
 
-class SimulatedCrash(Exception):
-    """R5: raised right after a hook's backend call has run."""
+#: R5: the exit status of a child that died where the kit made it die.
+CRASH_EXIT = 77
+#: R5: the exit status of a child whose force_detach raised first.
+CHILD_RAISED = 70
+#: R5: seconds the crashing child may take before it is killed.
+CHILD_TIMEOUT = 120
+
+
+def run_in_child(fn, timeout=CHILD_TIMEOUT):
+    """Run *fn* in a forked child; ``(exit status, traceback text)``.
+
+    The child exits 0 when *fn* returns, :data:`CHILD_RAISED` when it
+    raises (its traceback is returned), or whatever ``os._exit`` *fn*
+    calls; a child still running after *timeout* seconds is killed
+    (status ``-SIGKILL``).
+
+    Why this is sound with the state a parent has:
+
+    * Cinder's database is a SQLite file (the harness's), and oslo.db
+      checks a pooled connection's pid on checkout: the child opens its
+      own connections instead of using the parent's.
+    * *fn* runs in a new native thread of the child, not in the thread
+      that forked: Ceph draws client nonces from a thread-local generator
+      that fork copies, so a client the child creates in the forking
+      thread gets the address of the parent's next client (the parent's
+      re-run would then mistake the crashed run's watch for its own).  A
+      new thread also starts with an eventlet hub of its own; eventlet's
+      thread pool does not survive fork, so *fn* must not need it (our
+      Ceph layer calls librados directly, in bounded time).
+    * The kit keeps no librados connection open (the probe connects per
+      read), and our Ceph layer and upstream's driver connect per
+      operation: the child inherits no live cluster session to reuse.
+      What fork cannot make safe, a lock held at that instant by another
+      thread inside a library, would hang the child: the timeout then
+      kills it and the check fails saying so, it never hangs the kit.
+    """
+    fd, report = tempfile.mkstemp(prefix='conformance-child-')
+    os.close(fd)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child never returns
+        code = [CHILD_RAISED]
+
+        def body():
+            try:
+                fn()
+                code[0] = 0
+            except BaseException:
+                with open(report, 'w') as f:
+                    f.write(traceback.format_exc())
+
+        try:
+            thread = eventlet.patcher.original('threading').Thread(
+                target=body)
+            thread.start()
+            thread.join()
+        finally:
+            os._exit(code[0])
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                _done, status = os.waitpid(pid, 0)
+                break
+            time.sleep(0.02)
+        with open(report) as f:
+            why = f.read()
+    finally:
+        os.unlink(report)
+    return os.waitstatus_to_exitcode(status), why
 
 
 def _describe(err):
@@ -134,6 +218,40 @@ class ConformanceChecks(harness.CinderHarness):
         return bool(self.probe.exported(self.driver,
                                         self.db_volume(volume_id)))
 
+    def connect_host(self, volume_id, host, attachment):
+        """The probe's :meth:`~.probe.AccessProbe.connect` for *host*."""
+        if not getattr(self, '_clients_cleanup', False):
+            # Registered after the volume's backend cleanup: runs before it.
+            self._clients_cleanup = True
+            self.addCleanup(self._disconnect_clients)
+        try:
+            self.probe.connect(self.driver, self.db_volume(volume_id),
+                               self.connector(host),
+                               attachment.get('connection_info'))
+        except Exception as err:
+            self.fail_rule('precondition: the probe could not connect %s '
+                           '(a live client of its attachment): %s' % (
+                               host, _describe(err)))
+
+    def _disconnect_clients(self):
+        self._clients_cleanup = False
+        disconnect = getattr(self.probe, 'disconnect_all', None)
+        if callable(disconnect):
+            disconnect()
+
+    def fence(self, volume, connectors, keep=()):
+        """``fence_clients`` as the flow calls it, when the driver fences.
+
+        Returns the text the checks add to their messages.
+        """
+        if not self.caps.get('fencing'):
+            return ''
+        what = 'fence_clients(volume, [%s], [])' % ', '.join(
+            c['host'] if c else 'None' for c in connectors)
+        self.call(what, self.driver.fence_clients, volume, list(connectors),
+                  list(keep))
+        return ' and ' + what
+
     def new_volume(self, multiattach=False):
         volume_id = self.create_volume(multiattach=multiattach)
         self.addCleanup(self._cleanup_backend, volume_id)
@@ -165,6 +283,7 @@ class ConformanceChecks(harness.CinderHarness):
             except Exception as err:
                 self.fail_rule('precondition: attaching %s through Cinder\'s '
                                'API failed: %s' % (host, _describe(err)))
+            self.connect_host(volume_id, host, attachments[host])
         for host in hosts:
             self.expect(self.access(volume_id, host),
                         'precondition: the probe says %s has no access right '
@@ -177,8 +296,13 @@ class ConformanceChecks(harness.CinderHarness):
     def hosts_for(self):
         return (HOST1, HOST2) if self.caps.get('multiattach') else (HOST1,)
 
-    def repeat(self, what, fn, state):
-        """Run *fn* REPEAT times; every end state equals the first."""
+    def repeat(self, what, fn, state, compare_result=True):
+        """Run *fn* REPEAT times; every end state equals the first.
+
+        The end state is *fn*'s result and ``state()``; without
+        *compare_result* only ``state()`` (a hook whose result reports
+        what that very call did, as ``fence_clients``'s does).
+        """
         first = None
         for n in range(1, REPEAT + 1):
             try:
@@ -186,7 +310,7 @@ class ConformanceChecks(harness.CinderHarness):
             except Exception as err:
                 self.fail_rule('call %d/%d of %s raised %s' % (
                     n, REPEAT, what, _describe(err)))
-            now = (result, state())
+            now = (result if compare_result else None, state())
             if first is None:
                 first = now
             elif now != first:
@@ -215,12 +339,15 @@ class ConformanceChecks(harness.CinderHarness):
         volume_id, _atts = self.attached()
         volume = self.db_volume(volume_id)
         connector = self.connector(HOST1)
-        result, (access, _exported) = self.repeat(
-            'revoke_host_access(volume, %s)' % HOST1,
-            lambda: self.driver.revoke_host_access(volume, connector),
-            lambda: (self.access(volume_id, HOST1),
-                     self.exported(volume_id)))
-        self.expect(not access, 'the probe says %s kept its access' % HOST1)
+        self.repeat('revoke_host_access(volume, %s)' % HOST1,
+                    lambda: self.driver.revoke_host_access(volume, connector),
+                    lambda: (self.access(volume_id, HOST1),
+                             self.exported(volume_id)))
+        fenced = self.fence(volume, [connector])
+        self.expect(not self.access(volume_id, HOST1),
+                    'the probe says %s kept its access after '
+                    'revoke_host_access(volume, %s)%s' % (HOST1, HOST1,
+                                                          fenced))
 
     def test_R1_idempotent_revoke_every_host(self):
         self.rule = 'R1 idempotent revoke_host_access(None)'
@@ -237,6 +364,7 @@ class ConformanceChecks(harness.CinderHarness):
         volume = self.db_volume(volume_id)
         self.call('revoke_host_access(volume, None)',
                   self.driver.revoke_host_access, volume, None)
+        self.fence(volume, [None])
         self.repeat('remove_export',
                     lambda: self.driver.remove_export(self.ctxt, volume),
                     lambda: (self.exported(volume_id),
@@ -250,11 +378,14 @@ class ConformanceChecks(harness.CinderHarness):
         connector = self.connector(HOST1)
         self.call('revoke_host_access(volume, %s)' % HOST1,
                   self.driver.revoke_host_access, volume, connector)
-        _result, access = self.repeat(
+        # What a call returns is what that call fenced: the second finds
+        # nothing left to fence.  Only the end state must repeat.
+        _result, (access, _exported) = self.repeat(
             'fence_clients(volume, [%s], [])' % HOST1,
-            lambda: sorted(self.driver.fence_clients(volume, [connector],
-                                                     []) or []),
-            lambda: self.access(volume_id, HOST1))
+            lambda: self.driver.fence_clients(volume, [connector], []),
+            lambda: (self.access(volume_id, HOST1),
+                     self.exported(volume_id)),
+            compare_result=False)
         self.expect(not access, 'the probe says %s kept its access after '
                     'fence_clients' % HOST1)
 
@@ -267,15 +398,16 @@ class ConformanceChecks(harness.CinderHarness):
         volume = self.db_volume(volume_id)
         self.call('revoke_host_access(volume, None)',
                   self.driver.revoke_host_access, volume, None)
+        fenced = self.fence(volume, [None])
         for host in hosts:
             self.expect(not self.access(volume_id, host),
-                        'after revoke_host_access(volume, None) the probe '
-                        'says %s still has access' % host)
+                        'after revoke_host_access(volume, None)%s the probe '
+                        'says %s still has access' % (fenced, host))
         self.call('remove_export', self.driver.remove_export, self.ctxt,
                   volume)
         self.expect(not self.exported(volume_id), 'after revoke_host_access'
-                    '(volume, None) and remove_export the probe says the '
-                    'backend still exports the volume')
+                    '(volume, None)%s and remove_export the probe says the '
+                    'backend still exports the volume' % fenced)
 
     def test_R2_force_detach_every_host(self):
         self.rule = 'R2 connector None tears down every host'
@@ -377,30 +509,38 @@ class ConformanceChecks(harness.CinderHarness):
     # -- R5 -------------------------------------------------------------------
 
     def _crash(self, hook):
+        """force_detach in a child that dies right after *hook* returned."""
         self.rule = 'R5 crash after %s, then re-run' % hook
         volume_id, atts = self.attached()
         attr = self._hook_attr(hook)
-        original = getattr(self.driver, attr)
+        attachment_id = atts[HOST1]['id']
 
-        def crashing(*args, **kwargs):
-            original(*args, **kwargs)
-            raise SimulatedCrash('crash after %s' % hook)
+        def crashing_force_detach():
+            original = getattr(self.driver, attr)
 
-        patch = _InstancePatch(self.driver, attr, crashing)
-        patch.setUp()
-        try:
+            def crashing(*args, **kwargs):
+                original(*args, **kwargs)
+                os._exit(CRASH_EXIT)
+
+            setattr(self.driver, attr, crashing)
             self.driver.force_detach(self.ctxt, self.db_volume(volume_id),
-                                     attachment_id=atts[HOST1]['id'])
-        except Exception:
-            pass
-        else:
-            self.fail_rule('force_detach did not stop at the crash after %s'
-                           % hook)
-        finally:
-            patch.cleanUp()
+                                     attachment_id=attachment_id)
+
+        code, why = run_in_child(crashing_force_detach)
+        if code != CRASH_EXIT:
+            if code == 0:
+                what = 'returned without calling %s' % hook
+            elif code == CHILD_RAISED:
+                last = (why.strip().splitlines() or ['?'])[-1]
+                what = 'raised before the crash: %s' % last
+            elif code == -signal.SIGKILL:
+                what = 'hung for %d s and was killed' % CHILD_TIMEOUT
+            else:
+                what = 'exited %s' % code
+            self.fail_rule('force_detach in the crashing child %s' % what)
         self.call('re-run force_detach', self.driver.force_detach,
                   self.ctxt, self.db_volume(volume_id),
-                  attachment_id=atts[HOST1]['id'])
+                  attachment_id=attachment_id)
         self.assert_detached(volume_id, (HOST1,))
 
     def test_R5_crash_after_revoke_host_access(self):

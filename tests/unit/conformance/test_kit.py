@@ -13,7 +13,9 @@
 """Unit tests of the conformance kit's pieces (no Cinder services)."""
 
 import os
+import signal
 import tempfile
+import time
 
 import testtools
 
@@ -66,7 +68,21 @@ class CapabilitiesTestCase(testtools.TestCase):
         self.assertEqual({'protocol': 'iscsi', 'fencing': True,
                           'multiattach': True}, caps)
 
+    def test_storage_protocol_constant(self):
+        class Ceph(object):
+            STORAGE_PROTOCOL = 'ceph'
+
+            def fence_clients(self, volume, connectors, keep_attachments):
+                return []
+        self.assertEqual({'protocol': 'rbd', 'fencing': True},
+                         harness.Target(Ceph).capabilities())
+
     def test_default_connectors(self):
+        rbd = [harness.default_connector(h, 'rbd')['ip']
+               for h in (suite.HOST1, suite.HOST2, 'other')]
+        self.assertEqual(['127.0.0.11', '127.0.0.12', '127.0.0.1'], rbd)
+        self.assertEqual('127.0.0.1',
+                         harness.default_connector(suite.HOST2, 'fc')['ip'])
         fc = harness.default_connector('h1', 'fc')
         self.assertEqual(2, len(fc['wwpns']))
         self.assertTrue(all(len(w) == 16 for w in fc['wwpns']))
@@ -186,6 +202,33 @@ class ProbeTestCase(testtools.TestCase):
             probe.TgtProbe)
         self.assertRaises(TypeError, probe.load, object())
         self.assertRaises(ValueError, probe.load_class, 'NoModule')
+
+
+class RunInChildTestCase(testtools.TestCase):
+    """R5's child: how it ended, never a hang."""
+
+    def test_returned(self):
+        self.assertEqual((0, ''), suite.run_in_child(lambda: None))
+
+    def test_raised(self):
+        def fail():
+            raise ValueError('before the crash')
+        code, why = suite.run_in_child(fail)
+        self.assertEqual(suite.CHILD_RAISED, code)
+        self.assertIn('ValueError: before the crash', why)
+
+    def test_crashed(self):
+        self.assertEqual((suite.CRASH_EXIT, ''), suite.run_in_child(
+            lambda: os._exit(suite.CRASH_EXIT)))
+
+    def test_state_stays_in_the_child(self):
+        seen = []
+        suite.run_in_child(lambda: seen.append(1))
+        self.assertEqual([], seen)
+
+    def test_hung_child_is_killed(self):
+        code, _why = suite.run_in_child(lambda: time.sleep(30), timeout=0.3)
+        self.assertEqual(-signal.SIGKILL, code)
 
 
 class RunnerTestCase(testtools.TestCase):

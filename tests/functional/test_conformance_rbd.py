@@ -1,0 +1,93 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The conformance kit on our RBD driver, on the real single-node Ceph.
+
+:class:`~cinder_forcedetach.drivers.rbd.RBDDriver` (upstream's RBD driver
+with our fencing) in Cinder's in-process services, on the cluster of
+:func:`tests.functional.ceph.get_cluster`, read by
+:class:`~cinder_forcedetach.conformance.rbd_probe.RBDProbe`: each attached
+host is a live librbd client in a subprocess, bound by the tests' shim to
+the host's own loopback address; access is a watcher of the image header
+that the OSD blocklist does not name.  Every check must pass, the fencing
+one included (R1 ``idempotent_fence_clients`` is not n/a here: RBD clients
+survive the revoke, which is a no-op, and only the fence cuts them off).
+"""
+
+from cinder_forcedetach.conformance import harness
+from cinder_forcedetach.conformance import rbd_probe
+from cinder_forcedetach.conformance import runner
+from tests.functional import ceph
+from tests.functional import test_conformance
+
+try:
+    import rbd
+except ImportError:  # pragma: no cover - depends on the host
+    rbd = None
+
+RBD_DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
+
+
+class RBDConformanceTestCase(test_conformance._KitTestCase):
+    """The kit's every check on RBDDriver, with live clients per host."""
+
+    @classmethod
+    def setUpClass(cls):
+        super(RBDConformanceTestCase, cls).setUpClass()
+        cls.cluster = ceph.get_cluster()
+
+    def setUp(self):
+        super(RBDConformanceTestCase, self).setUp()
+        if not self.cluster.shim:
+            self.fail('the bind shim (gcc) is needed to give each host '
+                      'its own address')
+
+    def target(self):
+        c = self.cluster
+        probe = rbd_probe.RBDProbe()
+        probe.bind_shim = c.shim
+        probe.timeout = 10
+        options = {'rbd_ceph_conf': c.conf, 'rbd_user': c.user,
+                   'rbd_pool': c.pool, 'forcedetach_rbd_keyring': c.keyring,
+                   'forcedetach_rbd_timeout': '10',
+                   'forcedetach_rbd_fence_verify_timeout': '10.0',
+                   'forcedetach_rbd_blocklist_expire_seconds': '3600',
+                   'volume_backend_name': 'rbd-conformance'}
+        return harness.Target(RBD_DRIVER, options, probe=probe,
+                              name='rbd-conformance')
+
+    def images(self):
+        client = self.cluster.connect()
+        try:
+            with client.open_ioctx(self.cluster.pool) as ioctx:
+                return set(rbd.RBD().list(ioctx))
+        finally:
+            client.shutdown()
+
+    def test_rbd_driver_passes_every_rule(self):
+        before = self.images()
+        target = self.target()
+        rows = self.run_kit(target)
+        self.assertEqual({'protocol': 'rbd', 'fencing': True,
+                          'multiattach': True},
+                         {k: target.resolved.get(k) for k in
+                          ('protocol', 'fencing', 'multiattach')})
+        self.assertEqual(18, len(rows), test_conformance._summary(rows))
+        for row in rows:
+            self.assertEqual(runner.PASS, row.result, '%s %s: %s%s' % (
+                row.rule, row.check, row.message,
+                test_conformance._summary(rows)))
+        self.assertTrue(runner.passed(rows))
+        self.assertEqual([], target.probe.clients,
+                         'the probe left live clients')
+        self.assertEqual(set(), self.images() - before,
+                         'the kit left images behind')
