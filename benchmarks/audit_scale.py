@@ -46,8 +46,9 @@ Each block of 50 volumes / 100 attachments holds one seed of each case the
 three sources can show (1 % of the attachments per case): leaked_export (a
 stranger's ACL and session, a deleted volume's target, a target no volume
 names, in turn), attached_not_exported, attachment_without_bdm,
-bdm_without_attachment, reserved_orphan, stuck_transition and
-in_use_without_attachment; the rest is consistent (multiattach, migrated
+bdm_without_attachment, reserved_orphan, stuck_transition,
+in_use_without_attachment and interrupted_force_detach (a teardown record
+in the admin metadata); the rest is consistent (multiattach, migrated
 volumes' name ids, shelved-offloaded reservations, available volumes).
 stale_fence is not seeded: tgt records no fences.  Findings are compared
 with the seeds by (case, volume, attachment): found, missed and false
@@ -104,7 +105,8 @@ GOAL_SIZE = 100000
 SEED_SLOTS = {0: 'leaked_export', 1: 'attached_not_exported',
               2: 'attachment_without_bdm', 3: 'bdm_without_attachment',
               4: 'reserved_orphan', 5: 'stuck_transition',
-              6: 'in_use_without_attachment'}
+              6: 'in_use_without_attachment',
+              15: 'interrupted_force_detach'}
 SHELVED_SLOT = 7
 AVAILABLE_SLOT = 8
 # Live attachments per slot (the rest: 2); a block sums to 100.
@@ -112,6 +114,9 @@ ATTACHMENTS_OF_SLOT = {4: 1, 6: 0, SHELVED_SLOT: 1, AVAILABLE_SLOT: 0}
 ATTACHMENTS_OF_SLOT.update((s, 3) for s in range(9, 15))
 SEEDED_CASES = tuple(SEED_SLOTS[s] for s in sorted(SEED_SLOTS))
 NOT_SEEDED = {'stale_fence': 'tgt records no fences'}
+# cinder_forcedetach.attachments.TEARDOWN_MARK (the parent does not import
+# the audit's code).
+TEARDOWN_MARK = 'forcedetach_teardown'
 
 
 def uid(*parts):
@@ -243,7 +248,8 @@ class Fleet(object):
         hosts = [Host.of(group * 7 + k * 13) for k in range(count)]
         shared = slot != SHELVED_SLOT and case in (
             None, 'leaked_export', 'attached_not_exported',
-            'bdm_without_attachment', 'stuck_transition')
+            'bdm_without_attachment', 'stuck_transition',
+            'interrupted_force_detach')
         instances = [uid('instance', group, k) if shared else
                      uid('special-instance', i, k) for k in range(count)]
         atts = [uid('attachment', i, k) for k in range(count)]
@@ -285,6 +291,14 @@ class Fleet(object):
         self._volume_row(vid, status, 'attached', _name_id=name_id,
                          multiattach=count > 1)
         self._metadata(vid, True)
+        if case == 'interrupted_force_detach':
+            # The record of a force-detach of one host that never finished.
+            self.metadata.append({
+                'volume_id': vid, 'key': TEARDOWN_MARK,
+                'value': json.dumps([hosts[1].connector()]),
+                'deleted': False, 'created_at': self.old,
+                'updated_at': self.old})
+            self._expect(case, vid)
         for k in range(count):
             self._attachment_row(atts[k], vid, instances[k], hosts[k],
                                  mountpoint='/dev/vd%s' % 'bcdefgh'[i % 7])
@@ -679,7 +693,8 @@ def measure(workdir):
              'attachment': f.attachment_id, 'evidence': f.evidence,
              'action': f.action, 'refused': f.refused} for f in samples],
         'missed_samples': [list(k) for k in list(missed)[:5]],
-        'refused': sum(1 for f in findings if f.refused)}
+        'refused': sum(1 for f in findings if f.refused),
+        'cases': list(cases.CASES)}
     with open(os.path.join(workdir, 'result.json'), 'w') as f:
         json.dump(result, f)
 
@@ -797,11 +812,13 @@ def report(sizes, results, infos, setup):
 
     print('\nSeeded cases: found/seeded (missed, false positives):')
     print('%-28s' % 'case' + ''.join('%26s' % ('N=%d' % n) for n in sizes))
-    for case in SEEDED_CASES + tuple(NOT_SEEDED):
+    known = results[sizes[0]]['cases']
+    unseeded = [c for c in known if c not in SEEDED_CASES]
+    for case in SEEDED_CASES + tuple(unseeded):
         cells = []
         for n in sizes:
             r = results[n]
-            if case in NOT_SEEDED:
+            if case in unseeded:
                 fp = r['false_positives'].get(case, 0)
                 cells.append('not seeded (fp %d)' % fp)
                 continue
@@ -810,8 +827,12 @@ def report(sizes, results, infos, setup):
                 r['missed'].get(case, 0),
                 r['false_positives'].get(case, 0)))
         print('%-28s' % case + ''.join('%26s' % c for c in cells))
-    for case in NOT_SEEDED:
-        print('  %s: %s' % (case, NOT_SEEDED[case]))
+    for case in unseeded:
+        print('  %s: not seeded: %s' % (case, NOT_SEEDED.get(
+            case, 'a case this script does not know')))
+    for case in SEEDED_CASES:
+        if case not in known:
+            print('  %s: seeded, but the audit has no such case' % case)
     for n in sizes:
         r = results[n]
         fps = sum(r['false_positives'].values())
