@@ -21,11 +21,13 @@ the host's own loopback address; access is a watcher of the image header
 that the OSD blocklist does not name.  Every check must pass, the fencing
 one included (R1 ``idempotent_fence_clients`` is not n/a here: RBD clients
 survive the revoke, which is a no-op, and only the fence cuts them off).
+A driver that says it fences and does not fails the kit.
 """
 
 from cinder_forcedetach.conformance import harness
 from cinder_forcedetach.conformance import rbd_probe
 from cinder_forcedetach.conformance import runner
+from cinder_forcedetach.drivers import rbd as rbd_driver
 from tests.functional import ceph
 from tests.functional import test_conformance
 
@@ -35,6 +37,13 @@ except ImportError:  # pragma: no cover - depends on the host
     rbd = None
 
 RBD_DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
+
+
+class NonFencingRBDDriver(rbd_driver.RBDDriver):
+    """Broken: overrides fence_clients (so declares fencing), fences none."""
+
+    def fence_clients(self, volume, connectors, keep_attachments):
+        return []
 
 
 class RBDConformanceTestCase(test_conformance._KitTestCase):
@@ -51,7 +60,7 @@ class RBDConformanceTestCase(test_conformance._KitTestCase):
             self.fail('the bind shim (gcc) is needed to give each host '
                       'its own address')
 
-    def target(self):
+    def target(self, driver=RBD_DRIVER):
         c = self.cluster
         probe = rbd_probe.RBDProbe()
         probe.bind_shim = c.shim
@@ -62,7 +71,7 @@ class RBDConformanceTestCase(test_conformance._KitTestCase):
                    'forcedetach_rbd_fence_verify_timeout': '10.0',
                    'forcedetach_rbd_blocklist_expire_seconds': '3600',
                    'volume_backend_name': 'rbd-conformance'}
-        return harness.Target(RBD_DRIVER, options, probe=probe,
+        return harness.Target(driver, options, probe=probe,
                               name='rbd-conformance')
 
     def images(self):
@@ -91,3 +100,15 @@ class RBDConformanceTestCase(test_conformance._KitTestCase):
                          'the probe left live clients')
         self.assertEqual(set(), self.images() - before,
                          'the kit left images behind')
+
+    def test_driver_that_does_not_fence_fails_r7(self):
+        rows = self.results(self.run_kit(self.target(NonFencingRBDDriver),
+                                         rules=['R7']))
+        for check, how in (('force_detach_by_connector', 'by connector'),
+                           ('force_detach_by_attachment_id',
+                            'by attachment id')):
+            row = rows[('R7', check)]
+            self.assertEqual(runner.FAIL, row.result)
+            self.assertEqual('R7 detached host loses access (%s): the probe '
+                             'says conformance-host1 still has access' % how,
+                             row.message)
