@@ -25,7 +25,9 @@ Python API (``harness.Target`` + ``runner.run``).
 The one check of our drivers that is n/a is ``R1 idempotent_fence_clients``:
 neither driver fences (``fence_clients`` is the mixin's no-op), because
 revoking access already cuts the host off (tgt: ACL entry and sessions
-gone; FC: LUN unmapped and zones removed).  Only RBD has clients to fence.
+gone; FC: LUN unmapped and zones removed).  Only RBD has clients to fence:
+:mod:`tests.functional.test_conformance_rbd` runs the kit on our RBD driver,
+where every check applies.
 """
 
 import os
