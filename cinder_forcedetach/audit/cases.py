@@ -236,6 +236,8 @@ class _VolumeAudit(object):
         self.backend = backend
         self.live = snapshot.attachments.get(volume.id, [])
         self.holders = backend.holders.get(volume.id, [])
+        self.keys = {a.id: evidence.connector_keys(a.connector)
+                     for a in self.live}
         self.findings = []
 
     def add(self, case, **kwargs):
@@ -282,17 +284,20 @@ class _VolumeAudit(object):
             self.refuse_if_nova_holds(finding, self.live)
         for att in self.live:
             self.attachment(att)
-        self.leaked([h for h in self.holders if not any(
-            evidence.holder_reaches(h, evidence.connector_keys(a.connector))
-            for a in self.live if a.connector)])
+        attached = [k for k in self.keys.values() if k]
+        # A bare export (no ACL, no session) admits nobody: a leak only
+        # when no attachment is left to use it.
+        self.leaked([h for h in self.holders
+                     if (h.keys or not self.live) and not any(
+                         evidence.holder_reaches(h, k) for k in attached)])
         return self.findings
 
     def interrupted(self, connectors):
         """One finding: finishing the force-detach repairs the rest."""
         everyone = any(c is None for c in connectors)
         leaving = [a for a in self.live if everyone or any(
-            evidence.connector_keys(a.connector) &
-            evidence.connector_keys(c) for c in connectors)]
+            self.keys[a.id] & evidence.connector_keys(c)
+            for c in connectors)]
         hosts = ', '.join(sorted((c or {}).get('host') or '*'
                                  for c in connectors))
         finding = self.add('interrupted_force_detach', host=hosts,
@@ -337,7 +342,7 @@ class _VolumeAudit(object):
                      evidence='instance %s has no mapping of it' % state)
             return
         if self.backend.grants and att.connector:
-            keys = evidence.connector_keys(att.connector)
+            keys = self.keys[att.id]
             if not any(evidence.holder_reaches(h, keys)
                        for h in self.holders):
                 finding = self.add(

@@ -68,9 +68,15 @@ Fence = collections.namedtuple('Fence', ['addr', 'volume_id', 'active'])
 Fence.__doc__ = """A fence a force-detach recorded (an RBD blocklist entry)."""
 
 
+_IP_CHARS = frozenset('0123456789abcdefABCDEF.:[]%')
+
+
 def _ip(value):
+    text = str(value)
+    if not text or not _IP_CHARS.issuperset(text[:40]):
+        return None             # a host name: not worth a failed parse
     try:
-        return str(ipaddress.ip_address(str(value).strip('[]')))
+        return str(ipaddress.ip_address(text.strip('[]')))
     except ValueError:
         return None
 

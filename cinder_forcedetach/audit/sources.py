@@ -221,18 +221,21 @@ def attach_holders(backend, cinder, volumes):
     ids = {cinder.volume_id_of(n) for n in missing} | fenced
     deleted = cinder.deleted([i for i in ids if i]) if ids else {}
     deleted_by_name = {v.name: v for v in deleted.values()}
+    unknown = 0
     for name, holders in missing.items():
         volume = deleted_by_name.get(name)
         if volume is None:
-            LOG.warning('Backend %(backend)s holds %(name)s, which no Cinder '
-                        'volume names.', {'backend': backend.name,
-                                          'name': name})
+            unknown += 1
             keyed['name:%s' % name] = holders
             continue
         volumes[volume.id] = volume._replace(backend=backend.name)
         keyed[volume.id] = holders
     for volume in deleted.values():
         volumes.setdefault(volume.id, volume._replace(backend=backend.name))
+    if unknown:
+        LOG.warning('Backend %(backend)s holds %(n)d volume(s) no Cinder '
+                    'volume names (listed as name:<name>).',
+                    {'backend': backend.name, 'n': unknown})
     backend.holders = keyed
 
 

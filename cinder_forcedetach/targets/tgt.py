@@ -45,16 +45,19 @@ DAEMON_DOWN_RC = 107
 BACKING_LUN = 1
 
 _TARGET_RE = re.compile(r'^Target (\d+): (\S+)$')
-# Section headers are indented 4 spaces, their entries 8, sub-entries 12.
-_SECTION_RE = re.compile(r'^ {4}(\S.*) information:$')
-_ENTRY_RE = re.compile(r'^ {8}(\S.*)$')
-_SUB_ENTRY_RE = re.compile(r'^ {12}(\S.*)$')
+# Section headers are indented 4 spaces, their entries 8, sub-entries 12:
+# a line counts only at exactly that indentation, followed by a non-blank.
+_SECTION_END = ' information:'
+# Initiator names are not addresses (saves a failed ip_network parse).
+_NAME_PREFIXES = ('iqn.', 'eui.', 'naa.')
 
 
 def _is_address_acl(entry):
     """Whether an ACL entry is an address rule (``ALL``, IP, network)."""
     if entry == 'ALL':
         return True
+    if entry[:4].lower() in _NAME_PREFIXES:
+        return False
     try:
         ipaddress.ip_network(entry, strict=False)
     except ValueError:
@@ -74,63 +77,82 @@ def _check_sections(state, sections):
                 state.name, ', '.join(sections), ', '.join(SECTIONS)))
 
 
-def _blocks(output):
-    """``{name: (tid, lines)}`` of each target; refuses a repeated one."""
-    blocks, tids, lines = {}, set(), None
-    for raw in output.splitlines():
-        match = _TARGET_RE.match(raw) if raw.startswith('Target ') else None
-        if match:
-            tid, name = int(match.group(1)), match.group(2)
-            if name in blocks or tid in tids:
-                raise exception.TargetCommandFailed(
-                    command='show', reason='target %r or tid %d is listed '
-                    'twice: the listing is ambiguous' % (name, tid))
-            tids.add(tid)
-            lines = []
-            blocks[name] = (tid, lines)
-        elif lines is not None:
-            lines.append(raw)
-    return blocks
+# Line boundaries str.splitlines knows besides \n.
+_OTHER_BREAKS = re.compile('[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]')
 
 
-def _parse_block(name, tid, lines):
-    state = base.TargetState(tid=tid, name=name)
-    session = None
-    sections = []
-    for raw in lines:
-        match = _SECTION_RE.match(raw)
-        if match:
-            sections.append(match.group(1))
-            session = None
-            continue
-        section = sections[-1] if sections else None
-        entry = _ENTRY_RE.match(raw)
+def _lines(output):
+    """The lines of *output* as ``str.splitlines`` cuts them, one by one.
+
+    A listing of thousands of targets is never held as one list of lines
+    (only a listing with other line breaks than \\n, which tgtd never
+    writes but an initiator name could carry, is cut by splitlines).
+    """
+    if _OTHER_BREAKS.search(output):
+        yield from output.splitlines()
+        return
+    start, end = 0, output.find('\n')
+    while end >= 0:
+        yield output[start:end]
+        start, end = end + 1, output.find('\n', end + 1)
+    if start < len(output):
+        yield output[start:]
+
+
+def _indented(raw, depth):
+    """The text of *raw* if it sits at exactly *depth* spaces, else None."""
+    if raw[:depth] != ' ' * depth or len(raw) <= depth or (
+            raw[depth].isspace()):
+        return None
+    return raw[depth:]
+
+
+class _Reader(object):
+    """The target being read, line by line."""
+
+    def __init__(self, tid, name):
+        self.state = base.TargetState(tid=tid, name=name)
+        self.sections = []
+        self.section = self.session = None
+
+    def header(self, text):
+        if text.endswith(_SECTION_END):
+            self.section = text[:-len(_SECTION_END)]
+            self.sections.append(self.section)
+            self.session = None
+
+    def entry(self, text):
+        state, section = self.state, self.section
         if section == 'I_T nexus':
-            sub = _SUB_ENTRY_RE.match(raw)
-            if entry and entry.group(1).startswith('I_T nexus:'):
-                session = base.Session(
-                    sid=int(entry.group(1).split(':', 1)[1]),
-                    initiator='', connections=[])
-                state.sessions.append(session)
-            elif sub and session is not None:
-                key, _sep, value = sub.group(1).partition(': ')
-                if key == 'Initiator' and not session.initiator:
-                    session.initiator = value.split(' ', 1)[0]
-                elif key == 'Connection' and value.isdigit():
-                    session.connections.append(int(value))
-        elif section == 'LUN' and entry and entry.group(1).startswith(
-                'LUN:'):
-            state.luns.append(int(entry.group(1).split(':', 1)[1]))
-        elif section == 'Account' and entry:
-            state.accounts.append(entry.group(1).split()[0])
-        elif section == 'ACL' and entry:
-            acl = entry.group(1)
-            if _is_address_acl(acl):
-                state.address_acls.append(acl)
+            if text.startswith('I_T nexus:'):
+                self.session = base.Session(
+                    sid=int(text.split(':', 1)[1]), initiator='',
+                    connections=[])
+                state.sessions.append(self.session)
+        elif section == 'LUN':
+            if text.startswith('LUN:'):
+                state.luns.append(int(text.split(':', 1)[1]))
+        elif section == 'Account':
+            state.accounts.append(text.split()[0])
+        elif section == 'ACL':
+            if _is_address_acl(text):
+                state.address_acls.append(text)
             else:
-                state.acls.append(acl)
-    _check_sections(state, sections)
-    return state
+                state.acls.append(text)
+
+    def sub_entry(self, text):
+        session = self.session
+        if session is None or self.section != 'I_T nexus':
+            return
+        key, _sep, value = text.partition(': ')
+        if key == 'Initiator' and not session.initiator:
+            session.initiator = value.split(' ', 1)[0]
+        elif key == 'Connection' and value.isdigit():
+            session.connections.append(int(value))
+
+    def done(self):
+        _check_sections(self.state, self.sections)
+        return self.state
 
 
 def parse_targets(output, only=None):
@@ -139,17 +161,47 @@ def parse_targets(output, only=None):
     An initiator controls the name and alias it logs in with, which tgtd
     prints as is, inside the target's I_T nexus section: a newline there
     could forge any line.  So only lines at the indentation tgtd gives
-    them count, a name is the first word of its line, and a listing that
-    names a target or tid twice, or whose target does not have tgtd's five
-    sections in order, is refused rather than guessed at.
+    them count (section headers 4 spaces, entries 8, sub-entries 12, each
+    followed by a non-blank), a name is the first word of its line, and a
+    listing that names a target or tid twice, or whose target does not
+    have tgtd's five sections in order, is refused rather than guessed at.
+    One pass, target by target.
 
     :param only: parse just this target (every header is still checked).
     """
-    blocks = _blocks(output)
-    if only is not None:
-        blocks = {only: blocks[only]} if only in blocks else {}
-    return {name: _parse_block(name, tid, lines)
-            for name, (tid, lines) in blocks.items()}
+    targets, names, tids = {}, set(), set()
+    reader = None
+    for raw in _lines(output):
+        match = _TARGET_RE.match(raw) if raw.startswith('Target ') else None
+        if match:
+            if reader is not None:
+                targets[reader.state.name] = reader.done()
+            tid, name = int(match.group(1)), match.group(2)
+            if name in names or tid in tids:
+                raise exception.TargetCommandFailed(
+                    command='show', reason='target %r or tid %d is listed '
+                    'twice: the listing is ambiguous' % (name, tid))
+            names.add(name)
+            tids.add(tid)
+            reader = (_Reader(tid, name) if only is None or name == only
+                      else None)
+        elif reader is None:
+            continue
+        elif raw.startswith(' ' * 12):
+            text = _indented(raw, 12)
+            if text is not None:
+                reader.sub_entry(text)
+        elif raw.startswith(' ' * 8):
+            text = _indented(raw, 8)
+            if text is not None:
+                reader.entry(text)
+        else:
+            text = _indented(raw, 4)
+            if text is not None:
+                reader.header(text)
+    if reader is not None:
+        targets[reader.state.name] = reader.done()
+    return targets
 
 
 class TgtAdm(base.ExportTarget):

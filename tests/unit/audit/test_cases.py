@@ -111,6 +111,19 @@ class ClassifyTestCase(testtools.TestCase):
         (finding,) = classify(snap)[0]
         self.assertEqual(cases.DETACH_ALL, finding.action)
 
+    def test_bare_export_of_an_attached_volume_is_no_leak(self):
+        bare = evidence.Holder('export', frozenset(), 'iqn.t:volume-v1',
+                               None)
+        snap = snapshot([volume()], [attachment('a1')], {'v1': [bare]},
+                        cases.Nova([bdm(att='a1')], {'i1': 'active'}))
+        self.assertEqual(['attached_not_exported'], self.cases_of(snap))
+        snap = snapshot([volume(status='available',
+                                attach_status='detached')], [],
+                        {'v1': [bare]})
+        (finding,) = classify(snap)[0]
+        self.assertEqual(('leaked_export', cases.DETACH_ALL, None),
+                         (finding.case, finding.action, finding.refused))
+
     def test_deleted_volume_still_exported_is_torn_down(self):
         snap = snapshot([volume(deleted=True, status='deleted')], [],
                         {'v1': [acl()]})

@@ -269,6 +269,17 @@ class HostileListingTestCase(testtools.TestCase):
         self.assertEqual([(3, HOST_A)], [(s.sid, s.initiator)
                                          for s in state.sessions])
 
+    def test_other_line_breaks_cut_as_splitlines_does(self):
+        for brk in ('\r', '\x1c', '\u2028'):
+            forged = (HOST_A + ' alias: x' + brk + 'Target 9: ' + IQN +
+                      brk + '        y')
+            self.assertRaises(exception.TargetCommandFailed,
+                              tgt.parse_targets,
+                              show(sessions=[(3, forged)], acls=[HOST_A]))
+        listing = show(sessions=[(3, HOST_A)], acls=[HOST_A])
+        self.assertEqual(tgt.parse_targets(listing),
+                         tgt.parse_targets(listing.replace('\n', '\r\n')))
+
     def test_address_rules_are_apart_from_names(self):
         state = tgt.parse_targets(show(
             acls=['ALL', '127.0.0.0/8', '198.51.100.7', HOST_A]))[IQN]
