@@ -225,7 +225,8 @@ class RBDProbe(probe.AccessProbe):
         conf = driver.configuration
         return cluster.Access(name=conf.safe_get('rbd_cluster_name') or
                               'ceph',
-                              conf=conf.safe_get('rbd_ceph_conf') or None,
+                              # '': librados' default search path
+                              conf=conf.safe_get('rbd_ceph_conf') or '',
                               user=conf.safe_get('rbd_user'),
                               keyring=self._keyring(driver),
                               timeout=self.timeout)

@@ -144,6 +144,17 @@ class RBDProbeTestCase(testtools.TestCase):
         FakeLiveClient.made[0].wait_closed.assert_called_once_with(mock.ANY)
         self.assertEqual([], p.clients)
 
+    def test_cluster_access_from_the_driver_configuration(self):
+        p = rbd_probe.RBDProbe()
+        access = p._access(Driver(rbd_user='cinder',
+                                  rbd_keyring_conf='/etc/ceph/k'))
+        # '' is librados' default search path (None would read no file).
+        self.assertEqual(('ceph', '', 'cinder', '/etc/ceph/k', 20),
+                         tuple(access))
+        access = p._access(Driver(rbd_ceph_conf='/c.conf',
+                                  rbd_cluster_name='east'))
+        self.assertEqual(('east', '/c.conf'), (access.name, access.conf))
+
     def test_connection_info_without_image(self):
         self.assertRaises(rbd_probe.ProbeError, rbd_probe.RBDProbe().connect,
                           Driver(), Vol(), {'ip': '127.0.0.11'},
