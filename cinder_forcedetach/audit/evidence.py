@@ -114,10 +114,12 @@ def holder_reaches(holder, connector_keys_):
     return ANY_HOST in holder.keys or bool(holder.keys & connector_keys_)
 
 
+_PUBLIC_FIELDS = ('host', 'ip', 'initiator', 'wwpns', 'wwnns', 'nqn',
+                  'platform', 'os_type', 'multipath')
+
+
 def public_connector(connector):
     """A connector without what may be secret, for records and plans."""
     if not isinstance(connector, dict):
         return None
-    return {k: v for k, v in connector.items()
-            if k in ('host', 'ip', 'initiator', 'wwpns', 'wwnns', 'nqn',
-                     'platform', 'os_type', 'multipath')}
+    return {k: connector[k] for k in _PUBLIC_FIELDS if k in connector}

@@ -97,7 +97,15 @@ class CinderDB(object):
         self.context = context
         self.name_pattern = _name_pattern(name_template)
         self.name_template = name_template
-        self.backend_of = backend_of
+        self._backend_of = backend_of
+        self._backends = {}
+
+    def backend_of(self, host, cluster_name):
+        """The audited backend of a row (one answer per host and cluster)."""
+        key = (host, cluster_name)
+        if key not in self._backends:
+            self._backends[key] = self._backend_of(host, cluster_name)
+        return self._backends[key]
 
     def _session(self):
         from cinder.db import api as db_api
@@ -120,21 +128,21 @@ class CinderDB(object):
                     mt.c.key == fd_attachments.TEARDOWN_MARK)).all())
                 volumes = {}
                 for row in session.execute(self._volume_query(vt).where(
-                        vt.c.deleted.is_(False))):
+                        vt.c.deleted.is_(False))).all():
                     volumes[row.id] = self._volume(row, marked)
                 attachments = {}
                 ended = fd_attachments.ENDED_ATTACH_STATUSES
-                for row in session.execute(sa.select(
+                for (aid, vid, status, instance, connector, host,
+                     updated) in session.execute(sa.select(
                         at.c.id, at.c.volume_id, at.c.attach_status,
                         at.c.instance_uuid, at.c.connector,
                         at.c.attached_host, at.c.updated_at).where(
                         at.c.deleted.is_(False),
-                        at.c.attach_status.notin_(ended))):
-                    attachments.setdefault(row.volume_id, []).append(
-                        evidence.Attachment(
-                            row.id, row.volume_id, row.attach_status,
-                            row.instance_uuid, _connector(row.connector),
-                            row.attached_host, row.updated_at))
+                        at.c.attach_status.notin_(ended))).all():
+                    attachments.setdefault(vid, []).append(
+                        evidence.Attachment(aid, vid, status, instance,
+                                            _connector(connector), host,
+                                            updated))
         except Exception as err:
             raise Unreachable('Cinder\'s database: %s' % err) from err
         return volumes, attachments
@@ -148,12 +156,13 @@ class CinderDB(object):
                          vt.c.deleted)
 
     def _volume(self, row, marked=None):
-        record = (marked or {}).get(row.id)
+        (vid, name_id, status, attach_status, host, cluster, updated,
+         deleted) = row
+        record = marked.get(vid) if marked else None
         return evidence.Volume(
-            row.id, self.name_template % (row._name_id or row.id),
-            row.status, row.attach_status,
-            self.backend_of(row.host, row.cluster_name),
-            row.updated_at, bool(row.deleted),
+            vid, self.name_template % (name_id or vid), status,
+            attach_status, self.backend_of(host, cluster), updated,
+            bool(deleted),
             None if record is None else _teardown_record(record))
 
     def deleted(self, ids):
