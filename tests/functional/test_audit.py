@@ -33,7 +33,6 @@ import json
 import os
 import subprocess
 import sys
-import traceback
 import uuid
 
 from cinder import objects
@@ -49,7 +48,6 @@ from tests.functional import test_api_flows
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 CONF = base.CONF
-CRASH_EXIT = 77
 
 
 class AuditTestCase(base.CinderTgtTestCase):
@@ -341,27 +339,16 @@ class AuditTestCase(base.CinderTgtTestCase):
                               sources.backend_resolver(None, [backend]),
                               **kwargs).findings
 
-        report = os.path.join(self.workdir, 'child-traceback')
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child never returns
-            code = 1
-            try:
-                real = self.driver.remove_export_unlocked
+        real = self.driver.remove_export_unlocked
 
-                def crashing(*args, **kwargs):
-                    real(*args, **kwargs)
-                    os._exit(CRASH_EXIT)
-                self.driver.remove_export_unlocked = crashing
-                audit_pass(fix=True)
-            except BaseException:
-                with open(report, 'w') as f:
-                    f.write(traceback.format_exc())
-            finally:
-                os._exit(code)
-        _pid, status = os.waitpid(pid, 0)
-        self.assertEqual(CRASH_EXIT, os.waitstatus_to_exitcode(status),
-                         open(report).read() if os.path.exists(report)
-                         else '')
+        def crashing(*args, **kwargs):
+            real(*args, **kwargs)
+            os._exit(base.CRASH_EXIT)
+
+        def run():
+            self.driver.remove_export_unlocked = crashing
+            audit_pass(fix=True)
+        base.crash_in_child(self, run, self.workdir)
         self.assertIsNone(self.target_state(vol))
         # The record of the hosts being revoked (null: every host) survived.
         self.assertEqual('[null]', self.db_volume(vol).admin_metadata.get(

@@ -21,7 +21,6 @@ are real too: the force-detach runs in a forked child that exits with
 
 import functools
 import os
-import traceback
 
 from cinder import exception as cinder_exception
 from cinder import objects
@@ -33,7 +32,7 @@ from cinder_forcedetach.flows import force_detach as flow
 from cinder_forcedetach.targets import tgt
 from tests.functional import base
 
-CRASH_EXIT = 77
+CRASH_EXIT = base.CRASH_EXIT
 
 
 @ddt.ddt
@@ -140,24 +139,10 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
 
     def _crash_in_child(self, volume_id, patch):
         """Run force_detach in a forked child that crashes via *patch*."""
-        report = os.path.join(self.volumes_dir, 'child-traceback')
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child never returns
-            code = 1
-            try:
-                patch()
-                self.driver.force_detach(self.ctxt,
-                                         self.db_volume(volume_id))
-                code = 0
-            except BaseException:
-                with open(report, 'w') as f:
-                    f.write(traceback.format_exc())
-            finally:
-                os._exit(code)
-        _pid, status = os.waitpid(pid, 0)
-        why = open(report).read() if os.path.exists(report) else ''
-        self.assertEqual(CRASH_EXIT, os.waitstatus_to_exitcode(status),
-                         'the child did not crash where asked: ' + why)
+        def run():
+            patch()
+            self.driver.force_detach(self.ctxt, self.db_volume(volume_id))
+        base.crash_in_child(self, run, self.volumes_dir)
 
     def _crash_after_step(self, volume_id, step):
         """force_detach in a child that dies right after *step* ran."""

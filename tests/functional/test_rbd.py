@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import uuid
 
 from cinder import exception
@@ -39,7 +38,6 @@ from cinder import objects
 import cinder.privsep
 from cinder.volume import volume_utils
 import ddt
-import eventlet
 from oslo_config import cfg
 
 from cinder_forcedetach.ceph import fencing
@@ -62,7 +60,7 @@ CONF = cfg.CONF
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
-CRASH_EXIT = 77
+CRASH_EXIT = base.CRASH_EXIT
 BLOCK = ceph.BLOCK
 HOST_IPS = ceph.HOST_IPS
 
@@ -166,6 +164,25 @@ class RBDTestCase(base.CinderServicesTestCase):
         writer = self.writer(info, host)
         self.assertEqual('in-use', self.api.get_volume(vol['id'])['status'])
         return vol['id'], att, info, writer
+
+    def two_host_writers(self):
+        """A multiattach volume written by compute1 and compute2.
+
+        Returns ``(volume id, (attachment, writer) of compute1, ... of
+        compute2)``; skips without the bind shim (gcc), which gives each
+        host its own address.
+        """
+        if not self.cluster.shim:
+            self.skipTest('needs the bind shim (gcc) to give each host its '
+                          'own address')
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att_a, info_a = self.attach(vol_id, 'compute1')
+        att_b, info_b = self.attach(vol_id, 'compute2')
+        return (vol_id,
+                (att_a, self.writer(info_a, 'compute1', tag='A', base=0)),
+                (att_b, self.writer(info_b, 'compute2', tag='B',
+                                    base=10000)))
 
     def assert_detached(self, volume_id):
         vol = self.db_volume(volume_id)
@@ -404,34 +421,10 @@ class FenceTestCase(RBDTestCase):
     # -- crashes --------------------------------------------------------------
 
     def _crash_in_child(self, volume_id, patch):
-        report = os.path.join(self.workdir, 'child-traceback')
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child never returns
-            code = [1]
-
-            def run():
-                try:
-                    patch()
-                    self.driver.force_detach(self.ctxt,
-                                             self.db_volume(volume_id))
-                    code[0] = 0
-                except BaseException:
-                    with open(report, 'w') as f:
-                        f.write(traceback.format_exc())
-
-            # In a new OS thread: Ceph draws client nonces from a
-            # thread-local generator that fork copies, so the child's first
-            # client would get the address of the parent's next one (the
-            # re-run would then take the crashed run's watch for its own).
-            thread = eventlet.patcher.original('threading').Thread(
-                target=run)
-            thread.start()
-            thread.join()
-            os._exit(code[0])
-        _pid, status = os.waitpid(pid, 0)
-        why = open(report).read() if os.path.exists(report) else ''
-        self.assertEqual(CRASH_EXIT, os.waitstatus_to_exitcode(status),
-                         'the child did not crash where asked: ' + why)
+        def run():
+            patch()
+            self.driver.force_detach(self.ctxt, self.db_volume(volume_id))
+        base.crash_in_child(self, run, self.workdir, new_thread=True)
 
     @ddt.data('_blocklist_add', flow.FenceClientsTask, flow.RemoveExportTask)
     def test_crash_then_rerun(self, where):
@@ -494,15 +487,7 @@ class FenceTestCase(RBDTestCase):
     # -- multiattach ----------------------------------------------------------
 
     def test_multiattach_fences_one_host_and_keeps_the_other(self):
-        if not self.cluster.shim:
-            self.skipTest('needs the bind shim (gcc) to give each host its '
-                          'own address')
-        vol_id = self.create_volume(
-            volume_type=self.multiattach_type())['id']
-        att_a, info_a = self.attach(vol_id, 'compute1')
-        att_b, info_b = self.attach(vol_id, 'compute2')
-        a = self.writer(info_a, 'compute1', tag='A', base=0)
-        b = self.writer(info_b, 'compute2', tag='B', base=10000)
+        vol_id, (att_a, a), (att_b, b) = self.two_host_writers()
 
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
                                  connector=connector_for('compute1'))
@@ -685,15 +670,7 @@ class AuditTestCase(RBDTestCase):
         self.assertEqual([], self.mine(findings, vol_id))
 
     def test_host_cinder_forgot_is_fenced_the_other_kept(self):
-        if not self.cluster.shim:
-            self.skipTest('needs the bind shim (gcc) to give each host its '
-                          'own address')
-        vol_id = self.create_volume(
-            volume_type=self.multiattach_type())['id']
-        att_a, info_a = self.attach(vol_id, 'compute1')
-        _att_b, info_b = self.attach(vol_id, 'compute2')
-        a = self.writer(info_a, 'compute1', tag='A', base=0)
-        b = self.writer(info_b, 'compute2', tag='B', base=10000)
+        vol_id, (att_a, a), (_att_b, b) = self.two_host_writers()
         objects.VolumeAttachment.get_by_id(self.ctxt, att_a['id']).destroy()
 
         code, findings = self.audit('--fix')
