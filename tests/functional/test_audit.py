@@ -42,6 +42,7 @@ from testtools import content
 
 from cinder_forcedetach.audit import runner
 from cinder_forcedetach.audit import sources
+from tests import fakes
 from tests.functional import base
 from tests.functional import test_api_flows
 
@@ -59,7 +60,7 @@ class AuditTestCase(base.CinderTgtTestCase):
 
     # -- running the audit ---------------------------------------------------
 
-    def write_cinder_conf(self):
+    def write_cinder_conf(self, control_port=None):
         """cinder.conf of this test's volume service, for the audit."""
         path = os.path.join(self.workdir, 'cinder.conf')
         helper = '%s --config-file %s' % (
@@ -73,7 +74,7 @@ class AuditTestCase(base.CinderTgtTestCase):
                  '[cinder_sys_admin]', 'helper_command = %s' % helper,
                  '[backend_defaults]', 'volume_driver = %s' % base.DRIVER,
                  'forcedetach_tgt_control_port = %s' %
-                 self.tgtd.control_port,
+                 (control_port or self.tgtd.control_port),
                  'forcedetach_volumes_dir = %s' % self.volumes_dir,
                  'target_ip_address = 127.0.0.1',
                  'target_port = %s' % self.tgtd.port]
@@ -91,12 +92,12 @@ class AuditTestCase(base.CinderTgtTestCase):
             json.dump({'bdms': list(bdms), 'instances': instances or {}}, f)
         return path
 
-    def audit(self, *args):
+    def audit(self, *args, conf=None):
         """(exit code, findings by case, whole JSON) of one audit run."""
         res = subprocess.run(
             [sys.executable, '-m', 'cinder_forcedetach.cmd.manage',
              '--format', 'json', 'audit', '--grace', '0'] + list(args) +
-            ['--config-file', self.write_cinder_conf()],
+            ['--config-file', conf or self.write_cinder_conf()],
             cwd=REPO, capture_output=True, text=True, timeout=180,
             env=dict(os.environ, PYTHONPATH=REPO))
         self.addDetail('audit %s' % ' '.join(args),
@@ -265,6 +266,35 @@ class AuditTestCase(base.CinderTgtTestCase):
                          set(by_case))
         self.assert_torn_down(vol, session)
         self.assert_clean()
+
+    def test_unreachable_sources_exit_5(self):
+        vol = self.create_volume()['id']
+        self.attach_instance(vol, 'compute1')
+        self.reset_status(vol, status='available', attach_status='detached')
+        # tgtd's control port answers nothing: the backend is unreachable.
+        free = fakes.free_tcp_ports(1)[0]
+        code, by_case, data = self.audit(
+            '--no-nova', conf=self.write_cinder_conf(control_port=free))
+        self.assertEqual((5, {}), (code, by_case), data)
+        self.assertEqual({'backend %s unreachable' % self.volume.host: 1},
+                         data['summary']['not audited'])
+        self.assertIn('backend %s' % self.volume.host,
+                      data['summary']['unreachable'][0])
+        # Nova unreachable: what Cinder and the backend show is printed.
+        self.nova_conf = {'auth_type': 'password',
+                          'auth_url': 'http://127.0.0.1:%d/identity/v3' %
+                                      free,
+                          'username': 'cinder', 'password': 'secret',
+                          'project_name': 'service',
+                          'user_domain_name': 'Default',
+                          'project_domain_name': 'Default'}
+        code, by_case, data = self.audit()
+        self.assertEqual((5, ['leaked_export'], False),
+                         (code, list(by_case),
+                          data['summary']['nova consulted']))
+        self.assertTrue(data['summary']['unreachable'][0].startswith(
+            'Nova: '), data['summary'])
+        self.assertNotIn('secret', json.dumps(data))
 
     def test_target_lost_behind_cinders_back(self):
         vol = self.create_volume()['id']
