@@ -89,6 +89,8 @@ class ForceDetachMixin(object):
         self.remove_export = self._remove_export_locked
         self.initialize_connection_unlocked = self.initialize_connection
         self.initialize_connection = self._initialize_connection_locked
+        self.ensure_export_unlocked = self.ensure_export
+        self.ensure_export = self._ensure_export_locked
 
     @staticmethod
     def get_driver_options():
@@ -156,6 +158,26 @@ class ForceDetachMixin(object):
         with force_detach_flow.volume_lock(volume.id):
             self._check_grant(volume, connector)
             return self.initialize_connection_unlocked(volume, connector)
+
+    def _ensure_export_locked(self, context, volume):
+        """Cinder's re-export at start-up, under the volume's lock.
+
+        Cinder read the volume before this service took the lock: another
+        service's force-detach may have ended its attachments since.  The
+        volume is read again, and re-exported only if it is still in-use
+        (Cinder's own rule), to the hosts still attached.
+        """
+        with force_detach_flow.volume_lock(volume.id):
+            try:
+                volume.refresh()
+            except exception.VolumeNotFound:
+                return None
+            if volume.status != 'in-use':
+                LOG.info('Volume %(vol)s is %(status)s now: not exported '
+                         'again.', {'vol': volume.id,
+                                    'status': volume.status})
+                return None
+            return self.ensure_export_unlocked(context, volume)
 
     def _check_grant(self, volume, connector):
         host = (connector or {}).get('host')

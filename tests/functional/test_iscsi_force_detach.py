@@ -219,6 +219,26 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
         self.assertIsNone(fd_attachments.hosts_in_teardown(
             self.db_volume(vol_id)))
 
+    def test_start_up_re_export_reads_the_volume_again(self):
+        """Cinder's start-up ensure_export with the volume it read earlier.
+
+        Another service's force-detach ended the attachment in between:
+        the stale object still lists compute1, the database does not.
+        """
+        vol_id, _att, _info, old = self.attached_volume()
+        stale = self.db_volume(vol_id)
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        self.driver.ensure_export(self.ctxt.elevated(), stale)
+        self.assertIsNone(self.target_state(vol_id))
+        self.assert_fenced(old)
+        # A volume still in-use is exported again to its attached hosts.
+        vol2, _att2, _info2, _s = self.attached_volume('compute2')
+        self.tgtd.tgtadm('--op', 'delete', '--mode', 'target', '--tid',
+                         str(self.target_state(vol2).tid), '--force')
+        self.driver.ensure_export(self.ctxt.elevated(), self.db_volume(vol2))
+        self.assertEqual([base.initiator_name('compute2')],
+                         self.target_state(vol2).acls)
+
     # -- failures leave the database alone -----------------------------------
 
     def test_tgtd_down_fails_and_leaves_db_unchanged(self):
