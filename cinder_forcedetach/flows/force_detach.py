@@ -29,8 +29,9 @@ attachment delete)
 ``initialize_connection`` lock, refuse a host whose attachment a force-detach
 (Cinder: attachment       ended, grant, unlock (the mixin's wrapper)
 update, legacy attach)
-``ensure_export``         the driver's; hosts recorded by an interrupted
-(Cinder: start-up)        force-detach are not granted again
+``ensure_export``         lock, read the volume again, re-export if still
+(Cinder: start-up)        in-use to the hosts still attached (not those an
+                          interrupted force-detach recorded), unlock
 ========================  ===================================================
 
 Which attachments leave is read from what Cinder gives: the connector of
