@@ -299,9 +299,9 @@ class ManageTestCase(testtools.TestCase):
                     for n, cmd in registry.COMMANDS[c].items()}
         self.assertEqual({('volume', 'force-detach'), ('attachment', 'show'),
                           ('attachment', 'refresh'), ('fence', 'list'),
-                          ('fence', 'lift')}, set(commands))
+                          ('fence', 'lift'), ('audit', None)}, set(commands))
         self.assertEqual({('attachment', 'refresh'), ('fence', 'list'),
-                          ('fence', 'lift')},
+                          ('fence', 'lift'), ('audit', None)},
                          {k for k, cmd in commands.items() if cmd.local})
         # The local ones get cinder.conf's options, the API ones do not.
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', io.StringIO()))
