@@ -45,9 +45,6 @@ DAEMON_DOWN_RC = 107
 BACKING_LUN = 1
 
 _TARGET_RE = re.compile(r'^Target (\d+): (\S+)$')
-# Section headers are indented 4 spaces, their entries 8, sub-entries 12:
-# a line counts only at exactly that indentation, followed by a non-blank.
-_SECTION_END = ' information:'
 # Initiator names are not addresses (saves a failed ip_network parse).
 _NAME_PREFIXES = ('iqn.', 'eui.', 'naa.')
 
@@ -78,33 +75,16 @@ def _check_sections(state, sections):
 
 
 # Line boundaries str.splitlines knows besides \n.
-_OTHER_BREAKS = re.compile('[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]')
-
-
-def _lines(output):
-    """The lines of *output* as ``str.splitlines`` cuts them, one by one.
-
-    A listing of thousands of targets is never held as one list of lines
-    (only a listing with other line breaks than \\n, which tgtd never
-    writes but an initiator name could carry, is cut by splitlines).
-    """
-    if _OTHER_BREAKS.search(output):
-        yield from output.splitlines()
-        return
-    start, end = 0, output.find('\n')
-    while end >= 0:
-        yield output[start:end]
-        start, end = end + 1, output.find('\n', end + 1)
-    if start < len(output):
-        yield output[start:]
-
-
-def _indented(raw, depth):
-    """The text of *raw* if it sits at exactly *depth* spaces, else None."""
-    if raw[:depth] != ' ' * depth or len(raw) <= depth or (
-            raw[depth].isspace()):
-        return None
-    return raw[depth:]
+_OTHER_BREAKS = '\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029'
+# The lines that count, at exactly tgtd's indentation (a line matching
+# none of these is ignored): target headers, section headers (4 spaces),
+# entries (8) and a session's Initiator/Connection sub-entries (12).
+_LINE_RE = re.compile(
+    r'^(?:Target (?P<tid>\d+): (?P<name>\S+)'
+    r'|    (?P<section>\S.*) information:'
+    r'|        (?P<entry>\S.*)'
+    r'|            (?P<key>Initiator|Connection): (?P<value>.*))$',
+    re.MULTILINE)
 
 
 class _Reader(object):
@@ -115,11 +95,10 @@ class _Reader(object):
         self.sections = []
         self.section = self.session = None
 
-    def header(self, text):
-        if text.endswith(_SECTION_END):
-            self.section = text[:-len(_SECTION_END)]
-            self.sections.append(self.section)
-            self.session = None
+    def header(self, section):
+        self.section = section
+        self.sections.append(section)
+        self.session = None
 
     def entry(self, text):
         state, section = self.state, self.section
@@ -140,11 +119,10 @@ class _Reader(object):
             else:
                 state.acls.append(text)
 
-    def sub_entry(self, text):
+    def sub_entry(self, key, value):
         session = self.session
         if session is None or self.section != 'I_T nexus':
             return
-        key, _sep, value = text.partition(': ')
         if key == 'Initiator' and not session.initiator:
             session.initiator = value.split(' ', 1)[0]
         elif key == 'Connection' and value.isdigit():
@@ -165,18 +143,21 @@ def parse_targets(output, only=None):
     followed by a non-blank), a name is the first word of its line, and a
     listing that names a target or tid twice, or whose target does not
     have tgtd's five sections in order, is refused rather than guessed at.
-    One pass, target by target.
+    Lines are cut as ``str.splitlines`` cuts them; one pass, target by
+    target, over the lines that count only.
 
     :param only: parse just this target (every header is still checked).
     """
+    if any(brk in output for brk in _OTHER_BREAKS):
+        output = '\n'.join(output.splitlines())
     targets, names, tids = {}, set(), set()
     reader = None
-    for raw in _lines(output):
-        match = _TARGET_RE.match(raw) if raw.startswith('Target ') else None
-        if match:
+    for match in _LINE_RE.finditer(output):
+        tid, name, section, entry, key, value = match.groups()
+        if name is not None:
             if reader is not None:
                 targets[reader.state.name] = reader.done()
-            tid, name = int(match.group(1)), match.group(2)
+            tid = int(tid)
             if name in names or tid in tids:
                 raise exception.TargetCommandFailed(
                     command='show', reason='target %r or tid %d is listed '
@@ -187,18 +168,12 @@ def parse_targets(output, only=None):
                       else None)
         elif reader is None:
             continue
-        elif raw.startswith(' ' * 12):
-            text = _indented(raw, 12)
-            if text is not None:
-                reader.sub_entry(text)
-        elif raw.startswith(' ' * 8):
-            text = _indented(raw, 8)
-            if text is not None:
-                reader.entry(text)
+        elif entry is not None:
+            reader.entry(entry)
+        elif section is not None:
+            reader.header(section)
         else:
-            text = _indented(raw, 4)
-            if text is not None:
-                reader.header(text)
+            reader.sub_entry(key, value)
     if reader is not None:
         targets[reader.state.name] = reader.done()
     return targets
