@@ -613,6 +613,7 @@ def measure(workdir):
     from oslo_utils import timeutils
 
     from cinder_forcedetach.audit import cases
+    from cinder_forcedetach.audit import runner
     from cinder_forcedetach.audit import sources
     from cinder_forcedetach.drivers import iscsi
     from cinder_forcedetach.targets import cinder_tgt
@@ -635,6 +636,9 @@ def measure(workdir):
 
     phases = collections.OrderedDict()
     marks = {}
+    # As runner.run does: no cycle collection during the pass.
+    no_gc = runner.no_cycle_collection()
+    no_gc.__enter__()
     start = time.perf_counter()
     cinder = sources.CinderDB(ctxt, conf.volume_name_template,
                               backend_resolver(conf, driver))
@@ -665,6 +669,7 @@ def measure(workdir):
     phases['classify'] = time.perf_counter() - start
     marks['classify'] = (_status_mb('VmRSS'), rss_mb())
     peak = rss_mb()
+    no_gc.__exit__(None, None, None)
 
     live_volumes = sum(1 for v in volumes.values() if not v.deleted)
     live_attachments = sum(len(a) for a in attachments.values())
