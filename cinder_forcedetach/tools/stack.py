@@ -832,6 +832,10 @@ class Stack(object):
             '  ' + self.client_command('create 1'),
             'Force-detach it from every host:',
             '  ' + self.manage_command('volume force-detach VOLUME_ID'),
+            'Audit what Cinder and the backends say (on this host; --fix '
+            'repairs):',
+            '  ' + self.manage_command('--format json audit --no-nova '
+                                       '--config-file %s' % self.conf_path),
             'Or: eval "$(tools/stack.sh env)" and use cinder / '
             'cinder-forcedetach directly.',
         ]

@@ -142,6 +142,9 @@ class StackSmokeTestCase(testtools.TestCase):
         create = lines[lines.index('Create a volume:') + 1].strip()
         force = lines[lines.index('Force-detach it from every host:') +
                       1].strip()
+        audit = lines[lines.index('Audit what Cinder and the backends say '
+                                  '(on this host; --fix repairs):') +
+                      1].strip()
         self.assertIn('OS_AUTH_TYPE=noauth', create)
         procs = self.recorded_processes()
         self.assertEqual(
@@ -185,6 +188,11 @@ class StackSmokeTestCase(testtools.TestCase):
         self.assertRegex(detached.stdout, r'\|\s+status\s+\|\s+available')
         self.assertNotEqual(True, session.write(0xee, timeout=3))
         self.assertIn('0 target(s)', self.stack('status').stdout)
+        # The audit, as printed, finds the box consistent.
+        audited = self.shell(audit)
+        self.assertEqual(0, audited.returncode, audited.stdout +
+                         audited.stderr[-2000:])
+        self.assertEqual(0, json.loads(audited.stdout)['summary']['found'])
 
         ceph_pids = []
         if self.with_ceph:
