@@ -118,6 +118,10 @@ def audit(conf, args, out):
             limit=args.fix_limit, only=args.case, broken=broken)
     except sources.Unreachable as err:
         raise CliError(EXIT_UNREACHABLE, str(err))
+    except Exception as err:
+        # Not local.run's 4, which for the audit means "all repaired".
+        raise CliError(EXIT_ERROR, 'audit failed: %s: %s' % (
+            type(err).__name__, err))
     rows = [f.row() for f in report.findings]
     if out.fmt == 'json':
         out.emit({'findings': rows, 'summary': report.summary(args.fix)})

@@ -12,11 +12,14 @@
 
 """``cinder-forcedetach audit``: its arguments (runs: tests/functional)."""
 
+import argparse
 import io
 
+import fixtures
 import testtools
 
 from cinder_forcedetach.cmd import audit
+from cinder_forcedetach.cmd import errors
 from cinder_forcedetach.cmd import manage
 
 
@@ -49,3 +52,21 @@ class AuditArgumentsTestCase(testtools.TestCase):
             stderr = io.StringIO()
             code = manage.main(['audit'] + argv, stderr=stderr)
             self.assertEqual(1, code, argv)
+
+
+class AuditErrorsTestCase(testtools.TestCase):
+
+    def test_an_unexpected_error_is_1_never_4(self):
+        def broken_pass(*args, **kwargs):
+            raise KeyError('boom')
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.audit.runner.run', broken_pass))
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.cmd.audit._drivers',
+            lambda ctxt, conf, names: ({}, {})))
+        conf = argparse.Namespace(volume_name_template='volume-%s')
+        args = manage.build_parser().parse_args(['audit', '--no-nova'])
+        err = self.assertRaises(errors.CliError, audit.audit, conf, args,
+                                None)
+        self.assertEqual((1, "audit failed: KeyError: 'boom'"),
+                         (err.code, err.message))
