@@ -22,19 +22,18 @@ this test started.  Tooz locks are real (file backend).
 import os
 import sys
 import time
-import traceback
 
 from cinder import context
 from cinder import objects
 import cinder.privsep
 from cinder.tests.functional import functional_helpers
 from cinder.volume import configuration
-import eventlet
 import fixtures
 from oslo_config import cfg
 
 # Imported before flags are set, so that its options are registered.
 from cinder_forcedetach.conformance import harness
+from cinder_forcedetach.conformance import suite
 from cinder_forcedetach.drivers import iscsi  # noqa: F401
 from tests.functional import fixtures as fd_fixtures
 
@@ -48,42 +47,20 @@ SERVICE = {'X-Service-Roles': 'service'}
 
 
 #: The exit status of a child a crash test kills with ``os._exit``.
-CRASH_EXIT = 77
+CRASH_EXIT = suite.CRASH_EXIT
 
 
-def crash_in_child(test, run, workdir, new_thread=False):
+def crash_in_child(test, run):
     """Run *run* in a forked child that must die with :data:`CRASH_EXIT`.
 
     *run* arms its crash (``os._exit(CRASH_EXIT)`` at the chosen point)
-    and does the work; a child that returns or raises instead fails
-    *test*, with the child's traceback.  *new_thread*: run it in a new OS
-    thread (Ceph draws client nonces from a thread-local generator that
-    fork copies: the child's first client would otherwise get the address
-    of the parent's next one).
+    and does the work, in a new native thread of the child (the kit's
+    :func:`cinder_forcedetach.conformance.suite.run_in_child`, whose
+    docstring says why that is sound, Ceph included); a child that
+    returns, raises or hangs instead fails *test*, with its traceback.
     """
-    report = os.path.join(workdir, 'child-traceback')
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child never returns
-        code = [1]
-
-        def child():
-            try:
-                run()
-                code[0] = 0
-            except BaseException:
-                with open(report, 'w') as f:
-                    f.write(traceback.format_exc())
-        if new_thread:
-            thread = eventlet.patcher.original('threading').Thread(
-                target=child)
-            thread.start()
-            thread.join()
-        else:
-            child()
-        os._exit(code[0])
-    _pid, status = os.waitpid(pid, 0)
-    why = open(report).read() if os.path.exists(report) else ''
-    test.assertEqual(CRASH_EXIT, os.waitstatus_to_exitcode(status),
+    status, why = suite.run_in_child(run)
+    test.assertEqual(CRASH_EXIT, status,
                      'the child did not crash where asked: ' + why)
 
 

@@ -378,7 +378,7 @@ class AuditTestCase(base.CinderTgtTestCase):
         def run():
             self.driver.remove_export_unlocked = crashing
             audit_pass(fix=True)
-        base.crash_in_child(self, run, self.workdir)
+        base.crash_in_child(self, run)
         self.assertIsNone(self.target_state(vol))
         # The record of the hosts being revoked (null: every host) survived.
         self.assertEqual('[null]', self.db_volume(vol).admin_metadata.get(

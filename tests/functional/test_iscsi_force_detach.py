@@ -142,7 +142,7 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
         def run():
             patch()
             self.driver.force_detach(self.ctxt, self.db_volume(volume_id))
-        base.crash_in_child(self, run, self.volumes_dir)
+        base.crash_in_child(self, run)
 
     def _crash_after_step(self, volume_id, step):
         """force_detach in a child that dies right after *step* ran."""

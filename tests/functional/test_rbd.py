@@ -424,7 +424,7 @@ class FenceTestCase(RBDTestCase):
         def run():
             patch()
             self.driver.force_detach(self.ctxt, self.db_volume(volume_id))
-        base.crash_in_child(self, run, self.workdir, new_thread=True)
+        base.crash_in_child(self, run)
 
     @ddt.data('_blocklist_add', flow.FenceClientsTask, flow.RemoveExportTask)
     def test_crash_then_rerun(self, where):
