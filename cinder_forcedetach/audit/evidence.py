@@ -25,6 +25,7 @@ same strings for the same host whatever the protocol, e.g.
 """
 
 import collections
+import functools
 import ipaddress
 import re
 
@@ -71,7 +72,9 @@ Fence.__doc__ = """A fence a force-detach recorded (an RBD blocklist entry)."""
 _IP_CHARS = frozenset('0123456789abcdefABCDEF.:[]%')
 
 
+@functools.lru_cache(maxsize=65536)
 def _ip(value):
+    """*value* as a canonical IP literal, or None (cached: hosts repeat)."""
     text = str(value)
     if not text or not _IP_CHARS.issuperset(text[:40]):
         return None             # a host name: not worth a failed parse
@@ -103,7 +106,8 @@ def connector_keys(connector):
     if isinstance(wwpns, (list, tuple)):
         keys.update('wwpn:' + w for w in map(normalize_wwpn, wwpns) if w)
     for field in ('ip', 'host'):
-        ip = _ip(connector.get(field)) if connector.get(field) else None
+        value = connector.get(field)
+        ip = _ip(value) if isinstance(value, str) and value else None
         if ip:
             keys.add('ip:' + ip)
     return frozenset(keys)

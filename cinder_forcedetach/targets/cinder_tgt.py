@@ -26,6 +26,8 @@ target driver (:class:`TgtTarget`), by
 :class:`cinder_forcedetach.drivers.lvm.LVMVolumeDriver`.
 """
 
+import functools
+
 from cinder.common import constants
 from cinder import exception
 from cinder.i18n import _
@@ -277,7 +279,9 @@ class VolumeExports(object):
         return kept
 
 
+@functools.lru_cache(maxsize=65536)
 def _initiator_holder(kind, initiator):
+    """One holder per initiator and kind, shared: hosts hold many volumes."""
     return evidence.Holder(kind, frozenset({'iqn:' + initiator}), initiator,
                            {'initiator': initiator})
 
