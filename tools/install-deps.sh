@@ -2,7 +2,7 @@
 # Install everything the project needs on a fresh Debian 12 machine:
 # system packages (tgt, userspace iSCSI initiators, qemu-img, open-iscsi
 # for os-brick's iscsiadm calls, gcc and libc6-dev for the RBD tests'
-# LD_PRELOAD shim) and a venv with this package, real Cinder
+# LD_PRELOAD shim, MariaDB and etcd for the clustered box) and a venv with this package, real Cinder
 # and the test requirements.  Idempotent; a second run takes about a second.
 #
 # Usage: tools/install-deps.sh [VENV]     (default: ./.venv)
@@ -12,7 +12,7 @@ VENV=${1:-${VENV:-.venv}}
 PYTHON=${PYTHON:-python3}
 
 APT_PACKAGES=(tgt libiscsi-bin qemu-utils qemu-block-extra open-iscsi
-              gcc libc6-dev)
+              gcc libc6-dev mariadb-server etcd-server)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -24,8 +24,20 @@ if [ ${#missing[@]} -gt 0 ]; then
     if ! apt-cache policy "${missing[0]}" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
         apt-get update -qq
     fi
+    # MariaDB's and etcd's packages would start system-wide daemons: forbid
+    # service starts during the install (Debian's policy-rc.d interface);
+    # tools/stack.sh starts its own on loopback.
+    created_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        created_policy=1
+    fi
+    rc=0
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        --no-install-recommends "${missing[@]}" >/dev/null
+        --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+    [ $created_policy = 1 ] && rm -f /usr/sbin/policy-rc.d
+    [ $rc = 0 ] || { echo "install-deps: apt-get failed ($rc)" >&2; exit $rc; }
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

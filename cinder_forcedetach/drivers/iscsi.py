@@ -41,9 +41,16 @@ iscsi_opts = cinder_tgt.tgt_opts
 
 @interface.volumedriver
 class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
-    """Sparse-file volumes exported by tgtd, with safe force-detach."""
+    """Sparse-file volumes exported by tgtd, with safe force-detach.
+
+    Active-active: the volume services of one cluster must share the
+    volumes directory, tgtd and oslo.concurrency's ``lock_path`` (one
+    host, as in ``tools/stack.sh up --volume-services 2``); every grant
+    and teardown of a volume takes its tooz lock.
+    """
 
     DEFAULT_BACKEND_NAME = 'tgt_forcedetach'
+    SUPPORTS_ACTIVE_ACTIVE = True
     protocol = constants.ISCSI
     required_connector_fields = cinder_tgt.REQUIRED_CONNECTOR_FIELDS
 

@@ -27,10 +27,14 @@ recycled pid is never signalled):
 * with an RBD backend, a single-node Ceph (``tools/ceph-dev.sh``, cluster
   directory ``STATE/ceph``, monitor on the stack's address; its own pid
   records; ``down`` stops it after the Cinder services);
-* ``cinder-manage db sync``, then ``cinder-scheduler``, ``cinder-volume``
-  and ``cinder-api`` from the venv with a generated ``STATE/cinder.conf``
-  (noauth, SQLite, the local rabbit, file-based tooz coordination, one
-  backend section per ``STACK_BACKENDS`` entry).
+* with ``--db mariadb``, ``mariadbd`` (own port, socket and data
+  directory, a ``cinder`` user whose random password is kept in
+  ``STATE/secrets.json``); with ``--coordination etcd``, ``etcd``;
+* ``cinder-manage db sync``, then ``cinder-scheduler``, the
+  ``cinder-volume`` service(s) and ``cinder-api`` from the venv with a
+  generated ``STATE/cinder.conf`` (noauth, SQLite or MariaDB, the local
+  rabbit, file or etcd tooz coordination, one backend section per
+  ``STACK_BACKENDS`` entry).
 
 It waits until the API answers and every backend's volume service is up
 in the os-services API, creates a volume type per backend plus a
@@ -59,6 +63,17 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
                            options, e.g. for an RBD backend)
 ``STACK_PROJECT_ID``       noauth project id, hex [random, kept]
 ``STACK_TIMEOUT``          readiness timeout in seconds [120]
+``STACK_DB``               ``sqlite`` or ``mariadb`` (a project-started
+                           ``mariadbd``, data under ``STATE/mariadb``)
+                           [sqlite]
+``STACK_DB_PORT``          MariaDB port [33306]
+``STACK_COORDINATION``     ``file`` or ``etcd`` (a project-started
+                           single-member etcd, data under ``STATE/etcd``;
+                           a dead holder's lock expires after 10 s) [file]
+``STACK_ETCD_PORT``        etcd client port; peers use +1 [23790]
+``STACK_VOLUME_SERVICES``  cinder-volume processes; with 2 or more each
+                           has its own ``host`` (its process name) in the
+                           cluster ``box``, serving every backend [1]
 ``STACK_DEBUG``            1: Cinder debug logging (may log more detail)
 =========================  =============================================
 """
@@ -93,8 +108,14 @@ INSTALL_CEPH = os.path.join(REPO_ROOT, 'tools', 'install-ceph.sh')
 CEPH_CINDER_MON_CAPS = ceph_dev.FENCING_CINDER_MON_CAPS
 TGTD_SOCKET_DIR = '/var/run/tgtd'
 RABBITMQ_SERVER = '/usr/lib/rabbitmq/bin/rabbitmq-server'
-ORDER = ('epmd', 'rabbitmq', 'tgtd', 'cinder-scheduler', 'cinder-volume',
-         'cinder-api')
+DB_KINDS = ('sqlite', 'mariadb')
+COORDINATION_KINDS = ('file', 'etcd')
+MAX_VOLUME_SERVICES = 4
+#: The cluster every volume service joins when there are several.
+CLUSTER = 'box'
+#: Seconds until etcd frees the lock of a volume service that died.
+ETCD_LOCK_TTL = 10
+SBIN = '/usr/sbin:/usr/bin:/sbin:/bin'
 CLIENT_API_VERSION = '3.70'
 STOP_GRACE = 20.0
 EXIT_DOWN = 3
@@ -305,6 +326,35 @@ class Settings(object):
         self.timeout = getattr(args, 'timeout', None) or _int_env(
             'STACK_TIMEOUT', 120)
         self.debug = env('STACK_DEBUG', '') in ('1', 'true', 'yes')
+        self.db = getattr(args, 'db', None) or env('STACK_DB', 'sqlite')
+        self.db_port = getattr(args, 'db_port', None) or _int_env(
+            'STACK_DB_PORT', 33306)
+        self.coordination = getattr(args, 'coordination', None) or env(
+            'STACK_COORDINATION', 'file')
+        self.etcd_port = getattr(args, 'etcd_port', None) or _int_env(
+            'STACK_ETCD_PORT', 23790)
+        self.volume_services = getattr(
+            args, 'volume_services', None) or _int_env(
+            'STACK_VOLUME_SERVICES', 1)
+        if self.db not in DB_KINDS:
+            raise StackError('STACK_DB must be one of %s, not %r' % (
+                ', '.join(DB_KINDS), self.db))
+        if self.coordination not in COORDINATION_KINDS:
+            raise StackError('STACK_COORDINATION must be one of %s, not %r'
+                             % (', '.join(COORDINATION_KINDS),
+                                self.coordination))
+        if not 1 <= self.volume_services <= MAX_VOLUME_SERVICES:
+            raise StackError('STACK_VOLUME_SERVICES must be 1 to %d, not %d'
+                             % (MAX_VOLUME_SERVICES, self.volume_services))
+        for name in ('api_port', 'rabbit_port', 'epmd_port', 'iscsi_port',
+                     'ceph_mon_port', 'db_port', 'etcd_port'):
+            # rabbit and etcd use the port above theirs, Ceph the one below.
+            if not 1024 < getattr(self, name) < 65535:
+                raise StackError('%s must be in 1025-65534, not %d' % (
+                    name, getattr(self, name)))
+        if not 0 <= self.tgt_control_port <= 65535:
+            raise StackError('tgt_control_port must be in 0-65535, not %d'
+                             % self.tgt_control_port)
         self.project_id = env('STACK_PROJECT_ID')
         try:
             loopback = ipaddress.ip_address(self.host).is_loopback
@@ -355,8 +405,33 @@ class Stack(object):
             with open(self.info_path) as f:
                 self.info = json.load(f)
 
-    def procs(self):
-        return {name: Proc(self, name) for name in ORDER}
+    def order(self, info=None):
+        """Names of the stack's processes, in start order."""
+        info = info or self.effective()
+        names = ['epmd', 'rabbitmq']
+        if info.get('db') == 'mariadb':
+            names.append('mariadb')
+        if info.get('coordination') == 'etcd':
+            names.append('etcd')
+        names += ['tgtd', 'cinder-scheduler']
+        names += volume_service_names(info.get('volume_services', 1))
+        names.append('cinder-api')
+        return names
+
+    def procs(self, info=None):
+        return {name: Proc(self, name) for name in self.order(info)}
+
+    def recorded_procs(self):
+        """Every process with a record, whatever the settings say now."""
+        names = set(self.order())
+        if os.path.isdir(self.run_dir):
+            names.update(n[:-len('.json')] for n in os.listdir(self.run_dir)
+                         if n.endswith('.json'))
+        known = ['epmd', 'rabbitmq', 'mariadb', 'etcd', 'tgtd',
+                 'cinder-scheduler'] + volume_service_names(
+            MAX_VOLUME_SERVICES) + ['cinder-api']
+        ordered = [n for n in known if n in names]
+        return {name: Proc(self, name) for name in ordered}
 
     # -- settings of a running stack win over the environment ---------------
 
@@ -375,6 +450,9 @@ class Stack(object):
                 'tgt_control_port': s.tgt_control_port,
                 'ceph_mon_port': s.ceph_mon_port,
                 'backends': s.backends, 'venv': s.venv,
+                'db': s.db, 'db_port': s.db_port,
+                'coordination': s.coordination, 'etcd_port': s.etcd_port,
+                'volume_services': s.volume_services,
                 'project_id': (s.project_id or self.info.get('project_id') or
                                uuid.uuid4().hex)}
 
@@ -396,16 +474,21 @@ class Stack(object):
         self.info = info
         with open(self.info_path, 'w') as f:
             json.dump(info, f, indent=1)
+        procs = self.procs(info)
         self._check_ports(procs)
         try:
             self._start_epmd(procs['epmd'])
             self._start_rabbitmq(procs['rabbitmq'])
+            if 'mariadb' in procs:
+                self._start_mariadb(procs['mariadb'])
+            if 'etcd' in procs:
+                self._start_etcd(procs['etcd'])
             self._start_tgtd(procs['tgtd'])
             if self.uses_ceph():
                 self._start_ceph()
             self._write_cinder_conf()
             self._db_sync()
-            for name in ('cinder-scheduler', 'cinder-volume', 'cinder-api'):
+            for name in self.cinder_names():
                 self._start_cinder(procs[name], name)
             self._wait_cinder(procs)
             self._ensure_types()
@@ -429,9 +512,11 @@ class Stack(object):
             'rabbitmq': [info['rabbit_port'], info['rabbit_port'] + 1],
             'tgtd': [info['iscsi_port']],
             'cinder-api': [info['api_port']],
+            'mariadb': [info.get('db_port')],
+            'etcd': [info.get('etcd_port'), (info.get('etcd_port') or 0) + 1],
         }
         for name, ports in owners.items():
-            if procs[name].alive():
+            if name not in procs or procs[name].alive():
                 continue
             for port in ports:
                 if port_open(info['host'], port):
@@ -477,9 +562,14 @@ class Stack(object):
     def _secrets(self):
         if os.path.exists(self.secrets_path):
             with open(self.secrets_path) as f:
-                return json.load(f)
+                data = json.load(f)
+            if 'db_password' not in data:     # from an older stack
+                data['db_password'] = secrets.token_hex(16)
+                _write(self.secrets_path, json.dumps(data))
+            return data
         data = {'rabbit_user': 'cinder',
-                'rabbit_password': secrets.token_hex(16)}
+                'rabbit_password': secrets.token_hex(16),
+                'db_password': secrets.token_hex(16)}
         # A broker database made with another password is of no use.
         if not Proc(self, 'rabbitmq').alive():
             shutil.rmtree(os.path.join(self.rabbit_dir, 'mnesia'),
@@ -539,6 +629,113 @@ class Stack(object):
             last = (res.stderr.strip().splitlines() or ['?'])[-1]
             raise StackError('cannot log in to rabbitmq as the cinder user: '
                              '%s' % last)
+
+    # -- MariaDB and etcd (--db mariadb, --coordination etcd) ----------------
+
+    def _mariadb_paths(self):
+        d = os.path.join(self.dir, 'mariadb')
+        return d, os.path.join(d, 'data'), os.path.join(d, 'mysqld.sock')
+
+    def _start_mariadb(self, proc):
+        d, data, sock = self._mariadb_paths()
+        info = self.info
+        if not proc.alive():
+            server = _which('mariadbd')
+            install_db = _which('mariadb-install-db')
+            if not server or not install_db:
+                raise StackError('mariadbd not found: install mariadb-server '
+                                 '(tools/install-deps.sh does)')
+            if not os.path.isdir(os.path.join(data, 'mysql')):
+                shutil.rmtree(data, ignore_errors=True)
+                os.makedirs(data)
+                out = os.path.join(self.log_dir, 'mariadb-install-db.out')
+                with open(out, 'ab') as f:
+                    res = subprocess.run(
+                        [install_db, '--no-defaults', '--datadir=' + data,
+                         '--user=root', '--skip-test-db',
+                         '--auth-root-authentication-method=socket'],
+                        stdin=subprocess.DEVNULL, stdout=f,
+                        stderr=subprocess.STDOUT, cwd=d, timeout=300)
+                if res.returncode:
+                    raise StackError('mariadb-install-db failed; see %s%s' % (
+                        out, _tail(out)))
+            proc.start([server, '--no-defaults', '--datadir=' + data,
+                        '--socket=' + sock,
+                        '--pid-file=' + os.path.join(d, 'mariadbd.pid'),
+                        '--bind-address=' + info['host'],
+                        '--port=%d' % info['db_port'], '--user=root',
+                        '--skip-name-resolve', '--skip-log-bin',
+                        '--log-error=' + os.path.join(self.log_dir,
+                                                      'mariadb.log'),
+                        '--innodb-buffer-pool-size=128M',
+                        # A test box: speed over durability of the last
+                        # second of commits when the machine itself dies.
+                        '--innodb-flush-log-at-trx-commit=2',
+                        '--max-connections=500',
+                        '--character-set-server=utf8mb4'])
+            wait_for(lambda: os.path.exists(sock) and
+                     port_open(info['host'], info['db_port']),
+                     self.s.timeout, 'mariadb', proc)
+        # The password goes on stdin, never on a command line.
+        password = self._secrets()['db_password']
+        sql = ("CREATE DATABASE IF NOT EXISTS cinder CHARACTER SET utf8mb4;\n"
+               "CREATE USER IF NOT EXISTS 'cinder'@'127.%%' IDENTIFIED BY "
+               "'%(pw)s';\n"
+               "ALTER USER 'cinder'@'127.%%' IDENTIFIED BY '%(pw)s';\n"
+               "GRANT ALL PRIVILEGES ON cinder.* TO 'cinder'@'127.%%';\n"
+               % {'pw': password})
+        client = _which('mariadb')
+        res = subprocess.run([client, '--no-defaults', '--socket=' + sock,
+                              '--user=root'], input=sql, text=True,
+                             capture_output=True, timeout=60)
+        if res.returncode:
+            raise StackError('cannot create the cinder database and user: %s'
+                             % res.stderr.strip().replace(password, '***'))
+
+    def database_url(self):
+        if self.info.get('db') != 'mariadb':
+            return 'sqlite:///%s' % os.path.join(self.cinder_dir,
+                                                 'cinder.sqlite')
+        return 'mysql+pymysql://cinder:%s@%s:%d/cinder?charset=utf8mb4' % (
+            self._secrets()['db_password'], self.info['host'],
+            self.info['db_port'])
+
+    def etcd_url(self, info=None):
+        info = info or self.info
+        return 'http://%s:%d' % (info['host'], info['etcd_port'])
+
+    def etcd_healthy(self):
+        try:
+            with urllib.request.urlopen(self.etcd_url() + '/health',
+                                        timeout=2) as resp:
+                return json.loads(resp.read()).get('health') == 'true'
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _start_etcd(self, proc):
+        if proc.alive():
+            return
+        etcd = _which('etcd')
+        if not etcd:
+            raise StackError('etcd not found: install etcd-server '
+                             '(tools/install-deps.sh does)')
+        info = self.info
+        peer = 'http://%s:%d' % (info['host'], info['etcd_port'] + 1)
+        proc.start([etcd, '--name', 'box',
+                    '--data-dir', os.path.join(self.dir, 'etcd'),
+                    '--listen-client-urls', self.etcd_url(),
+                    '--advertise-client-urls', self.etcd_url(),
+                    '--listen-peer-urls', peer,
+                    '--initial-advertise-peer-urls', peer,
+                    '--initial-cluster', 'box=' + peer,
+                    '--initial-cluster-state', 'new'])
+        wait_for(self.etcd_healthy, self.s.timeout, 'etcd', proc)
+
+    def coordination_url(self):
+        if self.info.get('coordination') != 'etcd':
+            return 'file://%s' % os.path.join(self.dir, 'locks')
+        # A lock whose holder died (kill -9) expires after ETCD_LOCK_TTL s.
+        return 'etcd3+%s?timeout=%d' % (self.etcd_url(), ETCD_LOCK_TTL)
 
     def _start_tgtd(self, proc):
         info = self.info
@@ -631,11 +828,11 @@ class Stack(object):
             'rootwrap_config': os.path.join(venv, 'etc', 'cinder',
                                             'rootwrap.conf'),
         }
-        conf['database'] = {'connection': 'sqlite:///%s' % os.path.join(
-            c, 'cinder.sqlite')}
+        if info.get('volume_services', 1) > 1:
+            conf['DEFAULT']['cluster'] = CLUSTER
+        conf['database'] = {'connection': self.database_url()}
         conf['oslo_concurrency'] = {'lock_path': os.path.join(c, 'locks')}
-        conf['coordination'] = {'backend_url': 'file://%s' % os.path.join(
-            self.dir, 'locks')}
+        conf['coordination'] = {'backend_url': self.coordination_url()}
         conf['keystone_authtoken'] = {'service_token_roles': 'service'}
         # Privileged calls (tgtadm, os-brick) go through oslo.privsep; this
         # runs as root, so the helper needs no sudo/rootwrap in front.
@@ -698,10 +895,32 @@ class Stack(object):
         if res.returncode:
             raise StackError('cinder-manage db sync failed; see %s' % out)
 
+    def cinder_names(self):
+        return ['cinder-scheduler'] + volume_service_names(
+            self.info.get('volume_services', 1)) + ['cinder-api']
+
+    def volume_hosts(self):
+        """{process name: its ``host``} of the volume services.
+
+        One service keeps Cinder's default host (the machine's name);
+        several each get their own host name in the cluster ``box``.
+        """
+        names = volume_service_names(self.info.get('volume_services', 1))
+        if len(names) == 1:
+            return {names[0]: None}
+        return {name: name for name in names}
+
     def _start_cinder(self, proc, name):
         if proc.alive():
             return
-        proc.start([self._venv_bin(name), '--config-file', self.conf_path])
+        binary = 'cinder-volume' if name.startswith('cinder-volume') else name
+        argv = [self._venv_bin(binary), '--config-file', self.conf_path]
+        host = self.volume_hosts().get(name)
+        if host:
+            own = os.path.join(self.dir, name + '.conf')
+            _write(own, '[DEFAULT]\nhost = %s\n' % host)
+            argv += ['--config-file', own, '--log-file', name + '.log']
+        proc.start(argv)
 
     # -- readiness through the API -----------------------------------------
 
@@ -757,17 +976,21 @@ class Stack(object):
             pools = self.pool_backends()
         except (urllib.error.URLError, OSError, ValueError):
             return False
-        up_backends = {host.split('@', 1)[1] for (binary, host), st
-                       in states.items() if binary == 'cinder-volume' and
-                       '@' in host and st == ('up', 'enabled')}
+        up = {tuple(host.split('@', 1)) for (binary, host), st
+              in states.items() if binary == 'cinder-volume' and
+              '@' in host and st == ('up', 'enabled')}
         scheduler = any(b == 'cinder-scheduler' and st[0] == 'up'
                         for (b, _h), st in states.items())
-        return scheduler and all(n in up_backends and n in pools
-                                 for n, _d in self.info['backends'])
+        # Every volume service of every backend, when they have names.
+        wanted = self.volume_hosts().values()
+        return scheduler and all(
+            n in pools and any(b == n and (h is None or h == host)
+                               for host, b in up)
+            for n, _d in self.info['backends'] for h in wanted)
 
     def _wait_cinder(self, procs):
         def ready():
-            for name in ('cinder-scheduler', 'cinder-volume', 'cinder-api'):
+            for name in self.cinder_names():
                 if not procs[name].alive():
                     raise StackError('%s exited; see %s and %s' % (
                         name, procs[name].out_path,
@@ -839,9 +1062,22 @@ class Stack(object):
             'Or: eval "$(tools/stack.sh env)" and use cinder / '
             'cinder-forcedetach directly.',
         ]
+        extra = []
         if self.uses_ceph():
-            lines.insert(4, '  ceph       monitor %s:%d, cluster %s' % (
+            extra.append('  ceph       monitor %s:%d, cluster %s' % (
                 info['host'], info.get('ceph_mon_port'), self.ceph_dir))
+        if info.get('db') == 'mariadb':
+            extra.append('  mariadb    %s:%d, pid %s (database cinder)' % (
+                info['host'], info['db_port'], procs['mariadb'].pid))
+        if info.get('coordination') == 'etcd':
+            extra.append('  etcd       %s, pid %s (tooz locks)' % (
+                self.etcd_url(), procs['etcd'].pid))
+        if info.get('volume_services', 1) > 1:
+            extra.append('  volume     %d services in cluster "%s": %s' % (
+                info['volume_services'], CLUSTER, ', '.join(
+                    '%s pid %s' % (n, procs[n].pid)
+                    for n in self.volume_hosts())))
+        lines[4:4] = extra
         sys.stdout.write('\n'.join(lines) + '\n')
         sys.stdout.flush()
 
@@ -886,8 +1122,8 @@ class Stack(object):
         proc.forget()
 
     def down(self, purge=False):
-        procs = self.procs()
-        for name in reversed(ORDER):
+        procs = self.recorded_procs()
+        for name in reversed(list(procs)):
             proc = procs[name]
             if proc.record:
                 was = proc.pid
@@ -902,20 +1138,21 @@ class Stack(object):
     # -- status ---------------------------------------------------------------
 
     def status(self):
-        procs = self.procs()
-        if not self.info and not any(p.record for p in procs.values()):
+        if not self.info and not any(
+                p.record for p in self.recorded_procs().values()):
             sys.stdout.write('no stack in %s\n' % self.dir)
             return EXIT_DOWN
         info = self.effective()
         self.info = info
+        procs = self.procs(info)
+        hosts = self.volume_hosts()
         rows, ok = [], True
         try:
             states = self.service_states() if self.api_answers() else {}
             pools = self.pool_backends() if states else set()
         except (urllib.error.URLError, OSError, ValueError):
             states, pools = {}, set()
-        for name in ORDER:
-            proc = procs[name]
+        for name, proc in procs.items():
             alive = proc.alive()
             ok = ok and alive
             detail = ''
@@ -931,23 +1168,35 @@ class Stack(object):
                 detail = 'portal %s:%d, %d target(s)' % (
                     info['host'], info['iscsi_port'],
                     len(re.findall(r'^Target \d+:', out, re.MULTILINE)))
+            elif name == 'mariadb' and alive:
+                detail = 'mysql %s:%d, database cinder' % (
+                    info['host'], info['db_port'])
+            elif name == 'etcd' and alive:
+                detail = '%s %s' % (self.etcd_url(info), 'healthy' if
+                                    self.etcd_healthy() else 'NOT healthy')
             elif name == 'cinder-api' and alive:
                 detail = '%s %s' % (self.api_url(info), 'answers'
                                     if states else 'NOT answering')
             elif name.startswith('cinder-') and alive:
-                binary = name
+                binary = ('cinder-volume' if name.startswith('cinder-volume')
+                          else name)
+                own = hosts.get(name)
+
+                def mine(b, h):
+                    return b == binary and (not own or h.startswith(own + '@'))
+
                 found = ['%s %s' % (h, '/'.join(st)) for (b, h), st
-                         in sorted(states.items()) if b == binary]
+                         in sorted(states.items()) if mine(b, h)]
                 ok = ok and bool(found) and all(
-                    st == ('up', 'enabled') for (b, _h), st
-                    in states.items() if b == binary)
+                    st == ('up', 'enabled') for (b, h), st
+                    in states.items() if mine(b, h))
                 if binary == 'cinder-volume':
                     for backend, _driver in info['backends']:
                         if backend not in pools:
                             ok = False
                             found.append('%s: driver NOT initialized (no '
-                                         'pool; see cinder-volume.log)' %
-                                         backend)
+                                         'pool; see %s.log)' %
+                                         (backend, name))
                 detail = ', '.join(found) or 'not in os-services'
             rows.append('%-17s %-8s %-8s %s' % (
                 name, 'running' if alive else 'stopped',
@@ -974,6 +1223,18 @@ class Stack(object):
 
 
 # -- helpers ------------------------------------------------------------------
+
+
+def volume_service_names(count):
+    """Process names of *count* volume services."""
+    if count == 1:
+        return ['cinder-volume']
+    return ['cinder-volume-%d' % i for i in range(1, count + 1)]
+
+
+def _which(name):
+    """*name* on PATH, or in the system directories root has."""
+    return shutil.which(name) or shutil.which(name, path=SBIN)
 
 
 def _tail(path, lines=15):
@@ -1026,8 +1287,17 @@ def build_parser():
     up.add_argument('--venv')
     up.add_argument('--host')
     for opt in ('api-port', 'rabbit-port', 'epmd-port', 'iscsi-port',
-                'tgt-control-port', 'ceph-mon-port', 'timeout'):
+                'tgt-control-port', 'ceph-mon-port', 'db-port', 'etcd-port',
+                'timeout'):
         up.add_argument('--' + opt, type=int)
+    up.add_argument('--db', choices=DB_KINDS,
+                    help='the database of every service [sqlite]')
+    up.add_argument('--coordination', choices=COORDINATION_KINDS,
+                    help="tooz locks: files or a project-started etcd "
+                         "[file]")
+    up.add_argument('--volume-services', type=int, metavar='N',
+                    help='cinder-volume processes; several form one '
+                         'cluster (active-active) [1]')
     up.add_argument('--backends', help='NAME[=DRIVER],...; DRIVER: tgt, '
                     'rbd or a class')
     up.add_argument('--extra-conf', help='file appended to cinder.conf')
