@@ -60,23 +60,77 @@ class Attachments(list):
     __str__ = __repr__
 
 
-#: Volume admin metadata recording, while our force-detach tears down, the
-#: hosts it revokes (JSON list of connectors; null = every host).  A volume
-#: service that restarts after a crash half-way (Cinder's ensure_export at
-#: start-up) must not grant them again; the re-run clears it.
+#: Volume admin metadata recording, while a teardown runs, the hosts it
+#: revokes.  A volume service that restarts after a crash half-way (Cinder's
+#: ensure_export at start-up) must not grant them again.  Two forms, each
+#: within the column's 255 characters:
+#:
+#: * our force-detach: a JSON list of connectors reduced to the fields that
+#:   name a host (null = every host), in force until the flow resets the
+#:   database (a re-run clears it);
+#: * Cinder's own detach (terminate_connection, which leaves the database
+#:   to Cinder): ``{"attachments": [ids], "every": bool}``, in force while
+#:   one of those attachments is still live -- Cinder's detach finishing
+#:   ends it, and a later attachment of the same host is never affected.
 TEARDOWN_MARK = 'forcedetach_teardown'
+TEARDOWN_MARK_MAX = 255
+#: What a recorded connector keeps: what names the host and what the
+#: drivers revoke by.
+HOST_FIELDS = ('host', 'initiator', 'ip', 'wwpns', 'nqn')
+
+
+def teardown_record(hosts, attachment_ids=None):
+    """The value of :data:`TEARDOWN_MARK`.
+
+    *hosts*: connectors, ``None`` for every host.  With *attachment_ids*
+    the record is bound to those attachments.  Raises ``ValueError`` when
+    it cannot be stored (before anything is torn down).
+    """
+    hosts = list(hosts)
+    if attachment_ids is None:
+        value = json.dumps([{k: c[k] for k in HOST_FIELDS if c.get(k)}
+                            if c else None for c in hosts])
+    else:
+        value = json.dumps({'attachments': sorted(attachment_ids),
+                            'every': any(c is None for c in hosts)})
+    if len(value) > TEARDOWN_MARK_MAX:
+        raise ValueError('the teardown record of %d host(s) is %d characters;'
+                         ' at most %d fit' % (len(hosts), len(value),
+                                              TEARDOWN_MARK_MAX))
+    return value
+
+
+def parse_teardown(text, live):
+    """Connectors of a teardown record still in force, or None.
+
+    *live*: the volume's live attachments (``id`` and ``connector``).  A
+    list holding ``None`` means every host; an unreadable record counts as
+    every host.
+    """
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return [None]
+    if isinstance(value, dict):
+        ids = set(value.get('attachments') or ())
+        leaving = [a for a in live if a.id in ids]
+        if not leaving:
+            return None         # Cinder finished that detach
+        if value.get('every'):
+            return [None]
+        return [a.connector for a in leaving if a.connector] or [None]
+    if not isinstance(value, list):
+        return [None]
+    return [c if isinstance(c, dict) else None for c in value] or [None]
 
 
 def hosts_in_teardown(volume):
-    """Connectors a force-detach was revoking when it stopped.
+    """Connectors a teardown was revoking when it stopped, or None.
 
-    ``None``: no force-detach is under way; a list holding ``None``: every
-    host.  Read from the volume's admin metadata.
+    Read from the volume's admin metadata; see :data:`TEARDOWN_MARK`.
     """
-    value = (volume.admin_metadata or {}).get(TEARDOWN_MARK)
-    if not value:
-        return None
-    try:
-        return json.loads(value)
-    except ValueError:
-        return [None]
+    return parse_teardown(
+        (volume.admin_metadata or {}).get(TEARDOWN_MARK),
+        [a for a in volume.volume_attachment or () if is_live(a)])

@@ -46,17 +46,6 @@ def _name_pattern(template):
     return re.compile('^%s(.+)%s$' % (re.escape(head), re.escape(tail)))
 
 
-def _teardown_record(text):
-    """The connectors of a force-detach record (see attachments.py)."""
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return [None]
-    if not isinstance(value, list):
-        return [None]
-    return [c if isinstance(c, dict) else None for c in value] or [None]
-
-
 def _connector(text):
     if not text:
         return None
@@ -145,6 +134,11 @@ class CinderDB(object):
                                             updated))
         except Exception as err:
             raise Unreachable('Cinder\'s database: %s' % err) from err
+        for vid, text in marked.items():
+            if vid in volumes:
+                volumes[vid] = volumes[vid]._replace(
+                    in_teardown=fd_attachments.parse_teardown(
+                        text, attachments.get(vid, ())))
         return volumes, attachments
 
     @staticmethod
@@ -163,7 +157,8 @@ class CinderDB(object):
             vid, self.name_template % (name_id or vid), status,
             attach_status, self.backend_of(host, cluster), updated,
             bool(deleted),
-            None if record is None else _teardown_record(record))
+            None if record is None else fd_attachments.parse_teardown(
+                record, ()))
 
     def deleted(self, ids):
         """Deleted volumes among *ids* (their name ids too), by id."""

@@ -19,10 +19,12 @@ caller                    flow
 (our CLI, the audit)      disconnect this host, revoke host access, fence,
                           remove export, **reset the DB** (and the record),
                           notify, unlock
-``terminate_connection``  lock, resolve, disconnect this host, revoke host
-(Cinder: os-force_detach, access, fence, remove export, unlock: the same
-attachment delete,        tasks without the database (Cinder updates its own
-its own host copies)      rows afterwards)
+``terminate_connection``  lock, resolve, record the hosts revoked (bound to
+(Cinder: os-force_detach, the attachments that leave), disconnect this
+attachment delete,        host, revoke host access, fence, remove export,
+its own host copies)      unlock: the same tasks without the database
+                          (Cinder updates its own rows afterwards, which
+                          ends the record)
 ``remove_export``         lock, remove export, unlock (one task: no engine)
 (Cinder: detach,
 attachment delete)
@@ -47,7 +49,6 @@ volume to a host we are fencing would be the wrong repair); a failure leaves
 Cinder's database untouched because the database task is the last one.
 """
 
-import json
 
 from cinder import coordination
 from cinder.db import api as db_api
@@ -218,13 +219,34 @@ def connectors_to_revoke(connector, detaching, remaining):
 
 
 class RecordTeardownTask(flow_utils.CinderTask):
-    """Record the hosts being revoked before any of them is touched."""
+    """Record the hosts being revoked before any of them is touched.
 
-    def execute(self, context, volume, revoke):
-        if revoke:
-            volume.admin_metadata_update(
-                {fd_attachments.TEARDOWN_MARK: json.dumps(list(revoke))},
-                False)
+    :param reset_database: our force-detach, which clears the record with
+        its database reset; on Cinder's ``terminate_connection`` path the
+        record is bound to the attachments that leave, and ends when
+        Cinder's detach marks them detached (see
+        :data:`cinder_forcedetach.attachments.TEARDOWN_MARK`).
+    """
+
+    def __init__(self, reset_database, **kwargs):
+        super(RecordTeardownTask, self).__init__(**kwargs)
+        self.reset_database = reset_database
+
+    def execute(self, context, volume, revoke, detaching):
+        if not revoke:
+            return
+        if not self.reset_database and not detaching:
+            return      # no attachment of Cinder's leaves: nothing to bind
+        try:
+            record = fd_attachments.teardown_record(
+                revoke, None if self.reset_database else
+                [a.id for a in detaching])
+        except ValueError as err:
+            raise exception.InvalidInput(reason=_(
+                'cannot record the teardown of volume %(vol)s, nothing was '
+                'revoked: %(err)s') % {'vol': volume.id, 'err': err})
+        volume.admin_metadata_update({fd_attachments.TEARDOWN_MARK: record},
+                                     False)
 
 
 class NotifyTask(_DriverTask):
@@ -327,8 +349,9 @@ def get_flow(driver, reset_database=True):
     flow = linear_flow.Flow(ACTION.replace(':', '_'))
     flow.add(LockVolumeTask(),
              ResolveAttachmentsTask(driver, reset_database))
+    flow.add(RecordTeardownTask(reset_database))
     if reset_database:
-        flow.add(RecordTeardownTask(), NotifyTask(driver, 'detach.start'))
+        flow.add(NotifyTask(driver, 'detach.start'))
     flow.add(DisconnectLocalHostTask(driver),
              RevokeHostAccessTask(driver),
              FenceClientsTask(driver),

@@ -63,9 +63,37 @@ class AttachmentsTestCase(testtools.TestCase):
               ({attachments.TEARDOWN_MARK: '[{"host": "compute1"}]'},
                [{'host': 'compute1'}]),
               ({attachments.TEARDOWN_MARK: 'not json'}, [None]),
-              ({'other': 'x'}, None))
+              ({'other': 'x'}, None),
+              # Bound to attachments (Cinder's detach): while one is live.
+              ({attachments.TEARDOWN_MARK:
+                '{"attachments": ["1"], "every": false}'}, [A]),
+              ({attachments.TEARDOWN_MARK:
+                '{"attachments": ["1"], "every": true}'}, [None]),
+              ({attachments.TEARDOWN_MARK:
+                '{"attachments": ["gone"], "every": true}'}, None))
     @ddt.unpack
     def test_hosts_in_teardown(self, admin_metadata, expected):
         """A malformed record means every host: never grant on a guess."""
-        volume = types.SimpleNamespace(admin_metadata=admin_metadata)
+        volume = types.SimpleNamespace(
+            admin_metadata=admin_metadata,
+            volume_attachment=[att('1', A), att('2', B, 'detached')])
         self.assertEqual(expected, attachments.hosts_in_teardown(volume))
+
+    def test_teardown_record_round_trip(self):
+        """Our force-detach keeps what names a host; Cinder's, the ids."""
+        full = dict(A, platform='x86_64', os_type='linux', multipath=False)
+        record = attachments.teardown_record([full, None])
+        self.assertNotIn('x86_64', record)
+        self.assertEqual(
+            [{k: A[k] for k in attachments.HOST_FIELDS if A.get(k)}, None],
+            attachments.parse_teardown(record, []))
+        bound = attachments.teardown_record([full], ['1'])
+        self.assertEqual([A], attachments.parse_teardown(
+            bound, [att('1', A)]))
+        self.assertIsNone(attachments.parse_teardown(bound, [att('3', B)]))
+
+    def test_a_record_too_long_for_the_column_is_refused(self):
+        hosts = [dict(A, host='compute%d' % i) for i in range(10)]
+        self.assertRaises(ValueError, attachments.teardown_record, hosts)
+        ids = ['%036d' % i for i in range(10)]
+        self.assertRaises(ValueError, attachments.teardown_record, [A], ids)

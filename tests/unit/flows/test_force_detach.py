@@ -57,6 +57,7 @@ class FlowDecisionsTestCase(testtools.TestCase):
                  for task, _meta in
                  flow.get_flow(None, reset_database=False).iter_nodes()]
         self.assertEqual(['LockVolumeTask', 'ResolveAttachmentsTask',
-                          'DisconnectLocalHostTask', 'RevokeHostAccessTask',
+                          'RecordTeardownTask', 'DisconnectLocalHostTask',
+                          'RevokeHostAccessTask',
                           'FenceClientsTask', 'RemoveExportTask',
                           'ReleaseLockTask'], names)
