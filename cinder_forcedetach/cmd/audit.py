@@ -35,6 +35,8 @@ found (and not all repaired), 4 everything found was repaired, 1 bad input
 or an error, 5 a source unreachable (Cinder's database, a backend, Nova).
 """
 
+from oslo_config import cfg
+
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.audit import repair
 from cinder_forcedetach.audit import runner
@@ -161,6 +163,16 @@ def _drivers(ctxt, conf, names):
     return drivers, broken
 
 
+#: cinder-volume's own option (``cinder.cmd.volume``, which a command does
+#: not import): the volume services' cluster, read from the same file.
+CLUSTER_OPT = cfg.StrOpt('cluster',
+                         help='Name of the cluster of the volume services '
+                              '(cinder-volume\'s [DEFAULT] cluster).')
+
+
 def _cluster(conf):
-    # cinder-volume registers [DEFAULT] cluster; a command may not have.
-    return getattr(conf, 'cluster', None)
+    try:
+        conf.register_opt(CLUSTER_OPT)
+    except cfg.DuplicateOptError:
+        pass        # registered by cinder-volume's module: the same option
+    return conf.cluster

@@ -71,6 +71,7 @@ KILL_POINTS = (
     'after:ReleaseLockTask', 'after:terminate_connection',
     'after:remove_export',
 )
+RACE_CASES = ('in_use_without_attachment', 'interrupted_force_detach')
 READY_LINE = 'Driver post RPC initialization completed successfully'
 
 
@@ -78,6 +79,17 @@ class ApiError(Exception):
     def __init__(self, status, body):
         super(ApiError, self).__init__('%s: %s' % (status, body[:500]))
         self.status = status
+        self.body = body
+
+
+def _reason(body):
+    """The message of an API error body, without ids."""
+    try:
+        message = list(json.loads(body).values())[0]['message']
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        message = body
+    return re.sub(r'[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}', 'ID',
+                  message)[:160]
 
 
 class ClusterBox(object):
@@ -423,7 +435,7 @@ class ClusterTestCase(testtools.TestCase):
 
         Every call succeeds or is refused; no non-multiattach volume ever
         holds two attachments; after the storm (and the audit's repair of
-        Cinder's own os-complete/attachment-delete race, if it struck)
+        what Cinder's own races leave, if they struck)
         every volume's target ACLs are exactly the initiators of its live
         attachments, and an available volume has no target.
         """
@@ -431,7 +443,7 @@ class ClusterTestCase(testtools.TestCase):
         volumes = ([(self.box.create_volume(), False) for _ in range(3)] +
                    [(self.box.create_volume(multiattach=True), True)
                     for _ in range(3)])
-        created, lock = [], threading.Lock()
+        created, refused, lock = [], collections.Counter(), threading.Lock()
         calls = ['attach'] * 25 + ['force-detach'] * 13 + ['delete'] * 12
         rng.shuffle(calls)
         plan = [(kind, rng.choice(volumes)[0], 'cluster-p%d' % rng.randint(
@@ -445,14 +457,14 @@ class ClusterTestCase(testtools.TestCase):
                 if kind == 'attach':
                     att_id, _info = self.box.attach(vol_id, host)
                     with lock:
-                        created.append((vol_id, att_id))
+                        created.append((vol_id, att_id, host))
                 elif kind == 'force-detach':
                     self.box.api('POST', '/volumes/%s/action' % vol_id,
                                  {'os-force_detach': {}})
                 else:
-                    time.sleep(rng.random())    # let some attaches land
+                    time.sleep(3 * rng.random())    # let attaches land
                     with lock:
-                        mine = [a for v, a in created if v == vol_id]
+                        mine = [a for v, a, _h in created if v == vol_id]
                     live = mine or [a['id'] for a in
                                     self.box.attachments(vol_id)]
                     if not live:
@@ -460,6 +472,9 @@ class ClusterTestCase(testtools.TestCase):
                     self.box.api('DELETE', '/attachments/%s' %
                                  rng.choice(live))
             except ApiError as err:
+                with lock:
+                    refused['%s %s: %s' % (kind, err.status, _reason(
+                        err.body))] += 1
                 return kind, err.status
             return kind, 'ok'
 
@@ -467,6 +482,7 @@ class ClusterTestCase(testtools.TestCase):
             results = list(pool.map(lambda p: call(*p), plan))
         outcome = collections.Counter(results)
         print('50 parallel calls: %s' % dict(outcome))
+        print('refusals: %s' % json.dumps(refused, indent=1))
 
         # Both services served the storm (teardowns logged by each).
         served = {n: self._served(n) - before[n]
@@ -482,8 +498,13 @@ class ClusterTestCase(testtools.TestCase):
         self.assertIn(audit.returncode, (0, 4), audit.stdout + audit.stderr)
         found = json.loads(audit.stdout)
         print('audit after the storm: %s' % json.dumps(found['summary']))
+        self.assertEqual({}, found['summary'].get('not audited', {}))
+        # What Cinder's own races leave (an in-use volume whose attachment
+        # a delete ended; an attachment a force-detach raced, left live on
+        # an available volume) is found and repaired; nothing else.
         unexplained = [f for f in found.get('findings', ())
-                       if f.get('case') != 'in_use_without_attachment']
+                       if f.get('case') not in RACE_CASES or
+                       f.get('result') != 'repaired']
         self.assertEqual([], unexplained)
         for vol_id, multi in volumes:
             volume = self.box.volume(vol_id)
@@ -494,9 +515,8 @@ class ClusterTestCase(testtools.TestCase):
                                      % vol_id)
             acls = set().union(*self.box.target_of(vol_id).values()) \
                 if self.box.target_of(vol_id) else set()
-            hosts = {self.box.api('GET', '/attachments/%s' % a['id'])[
-                'attachment']['attached_host'] for a in live}
-            self.assertEqual({IQN + h for h in hosts if h}, acls,
+            host_of = {a: h for _v, a, h in created}
+            self.assertEqual({IQN + host_of[a['id']] for a in live}, acls,
                              'volume %s: ACLs and live attachments' % vol_id)
             if volume['status'] == 'available':
                 self.assertEqual({}, self.box.target_of(vol_id))
