@@ -16,6 +16,7 @@ import argparse
 import io
 
 import fixtures
+from oslo_config import cfg
 import testtools
 
 from cinder_forcedetach.cmd import audit
@@ -64,9 +65,30 @@ class AuditErrorsTestCase(testtools.TestCase):
         self.useFixture(fixtures.MonkeyPatch(
             'cinder_forcedetach.cmd.audit._drivers',
             lambda ctxt, conf, names: ({}, {})))
-        conf = argparse.Namespace(volume_name_template='volume-%s')
+        conf = argparse.Namespace(volume_name_template='volume-%s',
+                                  register_opt=lambda opt: None,
+                                  cluster=None)
         args = manage.build_parser().parse_args(['audit', '--no-nova'])
         err = self.assertRaises(errors.CliError, audit.audit, conf, args,
                                 None)
         self.assertEqual((1, "audit failed: KeyError: 'boom'"),
                          (err.code, err.message))
+
+
+class ClusterOptionTestCase(testtools.TestCase):
+
+    def test_cluster_read_from_the_file_without_cinder_volume(self):
+        """The volume services' cluster, which the command never imports."""
+        conf_file = self.useFixture(fixtures.TempDir()).join('cinder.conf')
+        with open(conf_file, 'w') as f:
+            f.write('[DEFAULT]\ncluster = box\n')
+        conf = cfg.ConfigOpts()
+        conf(['--config-file', conf_file], project='cinder')
+        self.assertEqual('box', audit._cluster(conf))
+        self.assertEqual('box', audit._cluster(conf))   # registered once
+
+    def test_no_cluster(self):
+        conf = cfg.ConfigOpts()
+        conf([], project='cinder', default_config_files=[],
+             default_config_dirs=[])
+        self.assertIsNone(audit._cluster(conf))
