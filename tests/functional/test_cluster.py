@@ -50,6 +50,9 @@ import urllib.error
 import urllib.request
 
 import ddt
+import hypothesis
+from hypothesis import stateful
+from hypothesis import strategies
 import testtools
 
 from cinder_forcedetach.tools import stack as stack_mod
@@ -71,6 +74,7 @@ KILL_POINTS = (
     'after:ReleaseLockTask', 'after:terminate_connection',
     'after:remove_export',
 )
+PROPERTY_HOSTS = ('cluster-q1', 'cluster-q2')
 RACE_CASES = ('in_use_without_attachment', 'interrupted_force_detach')
 READY_LINE = 'Driver post RPC initialization completed successfully'
 
@@ -554,6 +558,112 @@ class ClusterTestCase(testtools.TestCase):
         self.assertEqual(0, rerun.returncode, rerun.stdout + rerun.stderr)
         self.assert_detached(vol_id, session)
         self.assert_usable(vol_id)
+
+    # -- a stateful property test -------------------------------------------
+
+    def test_random_sequences_keep_the_invariant(self):
+        """Hypothesis drives attach, detach, force-detach and crashes.
+
+        After every step: ``available`` => no target; otherwise the
+        target's ACLs are exactly the attached hosts, and each of them logs
+        in and writes.  (No reimage: the box has no image service.)
+        """
+        case, runs = self, collections.Counter()
+
+        class Machine(stateful.RuleBasedStateMachine):
+
+            def __init__(self):
+                super(Machine, self).__init__()
+                self.vol = case.box.create_volume(multiattach=True)
+                self.atts = {}      # attachment id -> (host, data)
+                runs['examples'] += 1
+
+            @stateful.rule(host=strategies.sampled_from(PROPERTY_HOSTS))
+            def attach(self, host):
+                att_id, info = case.box.attach(self.vol, host)
+                data = info if 'target_iqn' in info else info['data']
+                case.secrets_seen.append(data.get('auth_password'))
+                self.atts[att_id] = (host, data)
+
+            @stateful.precondition(lambda self: self.atts)
+            @stateful.rule(data=strategies.data())
+            def detach(self, data):
+                att_id = data.draw(strategies.sampled_from(sorted(self.atts)))
+                case.box.api('DELETE', '/attachments/%s' % att_id)
+                del self.atts[att_id]
+
+            @stateful.precondition(lambda self: self.atts)
+            @stateful.rule(data=strategies.data())
+            def force_detach_host(self, data):
+                att_id = data.draw(strategies.sampled_from(sorted(self.atts)))
+                host = self.atts[att_id][0]
+                case.box.api('POST', '/volumes/%s/action' % self.vol,
+                             {'os-force_detach': {
+                                 'attachment_id': att_id,
+                                 'connector': connector(host)}})
+                # The host leaves: its other attachments lose access too.
+                for other in [a for a, (h, _d) in self.atts.items()
+                              if h == host]:
+                    if other != att_id:
+                        case.box.api('DELETE', '/attachments/%s' % other)
+                    del self.atts[other]
+
+            @stateful.rule()
+            def force_detach_every_host(self):
+                res = case.box.manage('volume', 'force-detach', self.vol)
+                assert res.returncode == 0, res.stdout + res.stderr
+                self.atts.clear()
+
+            @stateful.precondition(lambda self: len(self.atts) == 1)
+            @stateful.rule(point=strategies.sampled_from(KILL_POINTS))
+            def crash_then_rerun(self, point):
+                att_id = next(iter(self.atts))
+                case.box.arm(point)
+                first = threading.Thread(
+                    target=case._force_detach_quietly,
+                    args=(self.vol, att_id), daemon=True)
+                first.start()
+                wait(lambda: case.box.fired_pid() is not None, 120,
+                     'a volume service to reach %s' % point)
+                case.box.restart_dead()
+                res = case.box.manage('volume', 'force-detach', self.vol)
+                assert res.returncode == 0, res.stdout + res.stderr
+                self.atts.clear()
+                runs['crashes'] += 1
+
+            @stateful.invariant()
+            def backend_agrees_with_cinder(self):
+                runs['checks'] += 1
+                wait(lambda: case.box.volume(self.vol)['status'] not in (
+                    'attaching', 'detaching', 'reserved'), 60, 'settled')
+                status = case.box.volume(self.vol)['status']
+                targets = case.box.target_of(self.vol)
+                if status == 'available':
+                    assert not self.atts, self.atts
+                    assert targets == {}, targets
+                    return
+                acls = set().union(*targets.values()) if targets else set()
+                assert acls == {IQN + h for h, _d in self.atts.values()}, (
+                    acls, self.atts)
+                for host, data in {h: d for h, d
+                                   in self.atts.values()}.items():
+                    session = login(data, host)
+                    try:
+                        assert session.write(0x42), session.output
+                    finally:
+                        session.close()
+
+            def teardown(self):
+                case.box.manage('volume', 'force-detach', self.vol)
+                case.box.api('DELETE', '/volumes/%s' % self.vol)
+
+        stateful.run_state_machine_as_test(
+            Machine, settings=hypothesis.settings(
+                max_examples=4, stateful_step_count=6, deadline=None,
+                database=None, derandomize=True,
+                suppress_health_check=list(hypothesis.HealthCheck)))
+        print('property test: %s' % dict(runs))
+        self.assertGreaterEqual(runs['examples'], 4)
 
     # -- secrets ------------------------------------------------------------
 
