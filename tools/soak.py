@@ -34,6 +34,7 @@ failure.
 import argparse
 import collections
 import concurrent.futures
+import json
 import os
 import random
 import sys
@@ -102,7 +103,17 @@ class Soak(object):
                      {'os-force_detach': {}})
 
     def force_detach_cli(self):
-        res = self.box.manage('volume', 'force-detach', self.pick())
+        """The CLI: every host, or one host when several are attached."""
+        vol_id = self.pick()
+        args = ['volume', 'force-detach', vol_id]
+        live = self.box.attachments(vol_id)
+        with self.lock:
+            known = [a['id'] for a in live if a['id'] in self.hosts]
+            if len(live) > 1 and known:
+                att_id = self.rng.choice(known)
+                args += ['--attachment', att_id, '--connector', json.dumps(
+                    tc.connector(self.hosts[att_id]))]
+        res = self.box.manage(*args)
         if res.returncode:
             print('CLI force-detach exit %d: %s' % (
                 res.returncode, (res.stderr.strip().splitlines() or ['?'])[-1]
