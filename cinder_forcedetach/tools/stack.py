@@ -428,7 +428,7 @@ class Stack(object):
             names.update(n[:-len('.json')] for n in os.listdir(self.run_dir)
                          if n.endswith('.json'))
         known = ['epmd', 'rabbitmq', 'mariadb', 'etcd', 'tgtd',
-                 'cinder-scheduler'] + volume_service_names(
+                 'cinder-scheduler', 'cinder-volume'] + volume_service_names(
             MAX_VOLUME_SERVICES) + ['cinder-api']
         ordered = [n for n in known if n in names]
         return {name: Proc(self, name) for name in ordered}
