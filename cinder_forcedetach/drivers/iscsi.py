@@ -103,7 +103,8 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
     def initialize_connection(self, volume, connector):
         self.validate_connector(connector)
-        return self.exports.connect(volume, connector)
+        return self.exports.connect(volume, connector,
+                                    self.local_path(volume))
 
     # -- force-detach hooks ------------------------------------------------
 

@@ -85,6 +85,18 @@ class LVMVolumeDriver(mixin.ForceDetachMixin, upstream_lvm.LVMVolumeDriver):
         super(LVMVolumeDriver, self).validate_connector(connector)
         return self.target_driver.validate_connector(connector)
 
+    def initialize_connection(self, volume, connector):
+        """On our tgt target, a lost export is made again from the LV.
+
+        See ``VolumeExports.connect`` in
+        :mod:`cinder_forcedetach.targets.cinder_tgt`.
+        """
+        if self.our_target:
+            return self.target_driver.initialize_connection(
+                volume, connector, volume_path=self.local_path(volume))
+        return super(LVMVolumeDriver, self).initialize_connection(
+            volume, connector)
+
     def local_connection_info(self, volume, connector):
         if self.our_target:
             return self.target_driver.local_connection_info(volume)

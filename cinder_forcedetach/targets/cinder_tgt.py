@@ -206,15 +206,27 @@ class VolumeExports(object):
                 'volume_id': volume['id'],
                 'discard': True}
 
-    def connect(self, volume, connector):
+    def connect(self, volume, connector, path=None):
         """Grant the connector's initiator; its iSCSI connection_info.
 
-        The connector must have been validated (connector_grammar).
+        The connector must have been validated (connector_grammar), and
+        the caller holds the volume's lock.  Cinder exports (its
+        ``create_export``) before it connects, in two calls: the removal
+        of another attachment's export in between (Cinder's attachment
+        delete, its host the last one granted) leaves no target.  It is
+        then exported again from *path* with the volume's CHAP account,
+        which ``create_export`` has just stored (without *path*: refused).
         """
         name = self.target_name(volume)
         if self.target.find(name) is None:
-            raise exception.VolumeBackendAPIException(
-                data=_('volume %s is not exported') % volume['id'])
+            if path is None:
+                raise exception.VolumeBackendAPIException(
+                    data=_('volume %s is not exported') % volume['id'])
+            LOG.info('Volume %s lost its export before it was connected '
+                     '(another attachment left): exporting it again.',
+                     volume['id'])
+            username, password = chap(volume)
+            self.target.export(name, path, username, password)
         self.target.grant(name, connector['initiator'])
         data = self.connection_data(volume)
         username, password = chap(volume)
@@ -323,9 +335,10 @@ class TgtTarget(target_driver.Target):
         connector_grammar.check(connector, REQUIRED_CONNECTOR_FIELDS)
         return True
 
-    def initialize_connection(self, volume, connector):
+    def initialize_connection(self, volume, connector, volume_path=None):
+        """See :meth:`VolumeExports.connect`; our LVM driver gives the path."""
         self.validate_connector(connector)
-        return self.exports.connect(volume, connector)
+        return self.exports.connect(volume, connector, volume_path)
 
     def terminate_connection(self, volume, connector, **kwargs):
         """Revoke the host (keeping other hosts' live attachments)."""

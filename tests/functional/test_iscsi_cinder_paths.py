@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import subprocess
+import threading
 import time
 
 from cinder import exception as cinder_exception
@@ -102,6 +103,68 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.api.api_delete('/attachments/%s' % att_b['id'])
         self.wait_volume(vol_id, ('available',))
         self.assertIsNone(self.target_state(vol_id))
+
+    def test_attach_outlives_the_export_removal_of_a_leaving_host(self):
+        """Cinder's attach exports and connects in two calls.
+
+        Host 1's attachment delete has terminated its connection (no other
+        attachment then) when host 2's attach runs ``create_export``; host
+        1's ``remove_export`` lands before host 2's
+        ``initialize_connection``.  Both requests go through the real API
+        and volume manager; hooks on the driver only hold each one at the
+        point where the other must overtake it.  Host 2 gets its export
+        back and writes; host 1 has no access.
+        """
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att_1, info_1 = self.attach(vol_id, 'compute1')
+        session_1 = self.login(info_1, 'compute1')
+        terminated, exported, removed = (threading.Event(),
+                                         threading.Event(),
+                                         threading.Event())
+        real_terminate = self.driver.terminate_connection
+        real_create = self.driver.create_export
+        real_remove = self.driver.remove_export
+
+        def terminate_connection(*args, **kwargs):
+            shared = real_terminate(*args, **kwargs)
+            terminated.set()
+            exported.wait(30)
+            return shared
+
+        def create_export(*args, **kwargs):
+            update = real_create(*args, **kwargs)
+            exported.set()
+            removed.wait(30)
+            return update
+
+        def remove_export(*args, **kwargs):
+            real_remove(*args, **kwargs)
+            removed.set()
+
+        self.useFixture(fixtures.MockPatchObject(
+            self.driver, 'terminate_connection',
+            side_effect=terminate_connection))
+        self.useFixture(fixtures.MockPatchObject(
+            self.driver, 'create_export', side_effect=create_export))
+        self.useFixture(fixtures.MockPatchObject(
+            self.driver, 'remove_export', side_effect=remove_export))
+        leaving = threading.Thread(target=self.api.api_delete,
+                                   args=('/attachments/%s' % att_1['id'],))
+        leaving.start()
+        self.addCleanup(leaving.join, 60)
+        self.assertTrue(terminated.wait(30))
+        att_2, info_2 = self.attach(vol_id, 'compute2')
+        leaving.join(60)
+        self.assertTrue(removed.is_set(), 'the race was not reproduced')
+
+        self.assertEqual([base.initiator_name('compute2')],
+                         self.target_state(vol_id).acls)
+        self.login(info_2, 'compute2')
+        self.assertNotEqual(True, session_1.write(0xee, timeout=3))
+        vol = self.wait_volume(vol_id, ('in-use',))
+        self.assertEqual([att_2['id']],
+                         [a['attachment_id'] for a in vol['attachments']])
 
     def test_chap_password_never_logged(self):
         """Not by us, nor by the commands we run, nor by os-brick.
