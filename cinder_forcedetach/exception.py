@@ -33,3 +33,10 @@ class TargetCommandFailed(exception.VolumeBackendAPIException):
     """The target daemon rejected a command for another reason than absence."""
 
     message = _("iSCSI target command %(command)s failed: %(reason)s")
+
+
+class LockLost(exception.VolumeBackendAPIException):
+    """The lock service no longer confirms the volume's lock is ours."""
+
+    message = _("The lock of volume %(volume_id)s is no longer confirmed by "
+                "the lock service (%(reason)s): stopped before %(step)s")

@@ -43,12 +43,19 @@ connector names no attachment: on a volume with several live attachments
 it is refused rather than guessed at; one host's attachment among several
 on that host leaves the host's access in place.
 
+Before each step that changes the backend or the database, the lock
+service must confirm the lock is still this service's (a lease lost while
+etcd was unreachable is not): otherwise the flow stops there, as a failed
+step, rather than run unlocked.
+
 Every task is idempotent, so a second run, or a run after a crash at any
 step, converges.  No task undoes backend teardown on revert (re-exporting a
 volume to a host we are fencing would be the wrong repair); a failure leaves
 Cinder's database untouched because the database task is the last one.
 """
 
+
+import base64
 
 from cinder import coordination
 from cinder.db import api as db_api
@@ -62,6 +69,8 @@ from cinder.volume import volume_utils
 from oslo_log import log as logging
 import taskflow.engines
 from taskflow.patterns import linear_flow
+import tooz
+from tooz.drivers import etcd3gw as tooz_etcd3gw
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import exception as fd_exception
@@ -88,11 +97,56 @@ def volume_lock(volume_id):
     return coordination.COORDINATOR.get_lock(lock_name(volume_id))
 
 
+def lock_is_ours(lock):
+    """Whether the lock service still confirms *lock* is held by us.
+
+    tooz's ``is_still_owner``; its etcd3gw driver has none, so there the
+    lock's lease is refreshed and its key read back.  A lock service that
+    cannot be asked answers False.  A driver that can tell neither way
+    (tooz's mysql, pgsql) is taken at its word.
+    """
+    try:
+        try:
+            return bool(lock.is_still_owner())
+        except tooz.NotImplemented:
+            pass
+        if isinstance(lock, tooz_etcd3gw.Etcd3Lock):
+            return _etcd3gw_lock_is_ours(lock)
+        return True
+    except Exception as err:
+        LOG.warning('The lock service cannot confirm lock %(lock)s: '
+                    '%(err)s', {'lock': lock.name, 'err': err})
+        return False
+
+
+def _etcd3gw_lock_is_ours(lock):
+    # tooz's Etcd3Lock: a key bound to a lease, holding the lock's uuid.
+    if not lock.acquired or lock._lease.refresh() <= 0:
+        return False
+    return lock._coord.client.get(lock._key) == [
+        base64.b64decode(lock._uuid)]
+
+
+def check_lock(lock, volume, step):
+    """Raise ``LockLost`` unless the lock service confirms *lock*."""
+    if lock is not None and not lock_is_ours(lock):
+        raise fd_exception.LockLost(volume_id=volume.id, step=step,
+                                    reason='lease lost or service '
+                                           'unreachable')
+
+
 def _release(lock):
     try:
         lock.release()
-    except Exception:  # tooz raises when the lock is no longer held.
-        LOG.debug('Force-detach lock was already released.')
+    except Exception as err:
+        # Not held any more, or the lock service is unreachable.  tooz's
+        # etcd3gw coordinator would go on refreshing the lease of a lock
+        # whose release failed, once etcd is back: the volume would stay
+        # locked for good.  Forgotten, its lease expires.
+        LOG.warning('Could not release lock %(lock)s (%(err)s); it expires '
+                    'with its lease.', {'lock': lock.name, 'err': err})
+        if isinstance(lock, tooz_etcd3gw.Etcd3Lock):
+            lock._coord._acquired_locks.discard(lock)
 
 
 class _DriverTask(flow_utils.CinderTask):
@@ -276,7 +330,8 @@ class DisconnectLocalHostTask(_DriverTask):
     flush buffered writes on a path that is up.
     """
 
-    def execute(self, volume, connector, detaching, revoke):
+    def execute(self, volume, connector, detaching, revoke, lock):
+        check_lock(lock, volume, type(self).__name__)
         if revoke:
             self.driver.disconnect_local_host(volume, connector, detaching)
 
@@ -284,7 +339,8 @@ class DisconnectLocalHostTask(_DriverTask):
 class RevokeHostAccessTask(_DriverTask):
     """Terminate the backend connections of the hosts that leave."""
 
-    def execute(self, volume, revoke):
+    def execute(self, volume, revoke, lock):
+        check_lock(lock, volume, type(self).__name__)
         for host_connector in revoke:
             self.driver.revoke_host_access(volume, host_connector)
 
@@ -292,7 +348,8 @@ class RevokeHostAccessTask(_DriverTask):
 class FenceClientsTask(_DriverTask):
     """Cut off clients that still hold the volume (driver hook)."""
 
-    def execute(self, volume, revoke, remaining):
+    def execute(self, volume, revoke, remaining, lock):
+        check_lock(lock, volume, type(self).__name__)
         if revoke:
             self.driver.fence_clients(volume, revoke, remaining)
 
@@ -308,7 +365,8 @@ class RemoveExportTask(_DriverTask):
         super(RemoveExportTask, self).__init__(driver, **kwargs)
         self.always = always
 
-    def execute(self, context, volume, remaining=()):
+    def execute(self, context, volume, remaining=(), lock=None):
+        check_lock(lock, volume, type(self).__name__)
         if remaining and not self.always:
             LOG.info('Volume %(vol)s keeps its export for %(n)d other '
                      'attachment(s).', {'vol': volume.id, 'n': len(remaining)})
@@ -319,7 +377,8 @@ class RemoveExportTask(_DriverTask):
 class ResetDatabaseTask(flow_utils.CinderTask):
     """Only now reset Cinder's attachments and volume status."""
 
-    def execute(self, context, volume, detaching, attachment_id):
+    def execute(self, context, volume, detaching, attachment_id, lock):
+        check_lock(lock, volume, type(self).__name__)
         ids = [a.id for a in detaching] or (
             [attachment_id] if attachment_id else [])
         for att_id in ids:
@@ -397,5 +456,7 @@ def run_remove_export(context, driver, volume):
 
     One task needs no engine (loading one costs ~10 ms a volume).
     """
-    with volume_lock(volume.id):
-        RemoveExportTask(driver, always=True).execute(context, volume)
+    lock = volume_lock(volume.id)
+    with lock:
+        RemoveExportTask(driver, always=True).execute(context, volume,
+                                                      lock=lock)

@@ -10,14 +10,16 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Our tgt driver with a fault hook a test arms: SIGKILL at a chosen point.
+"""Our tgt driver with a fault hook a test arms: SIGKILL or pause at a point.
 
 Loaded by a real ``cinder-volume`` process of the box (``volume_driver =
 tests.functional.faulty_driver.FaultyTgtISCSIDriver``, the repository on
 ``PYTHONPATH``).  A test arms a point by writing its name to
 ``<state_path>/faults/armed``; the first volume service of the cluster to
 reach that point claims the file (an atomic rename to ``fired.<pid>``) and
-SIGKILLs itself and its launcher (the service's recorded process).
+SIGKILLs itself and its launcher (the service's recorded process).  Armed
+as ``pause <point>``, the service renames the file ``paused.<pid>`` instead
+and waits there until the test writes ``<state_path>/faults/resume``.
 Nothing else changes: unarmed, this is the tgt driver.
 
 Points: ``after:<Task>`` for every task of the force-detach flow, and
@@ -27,6 +29,7 @@ Points: ``after:<Task>`` for every task of the force-detach flow, and
 import functools
 import os
 import signal
+import time
 
 from oslo_config import cfg
 
@@ -57,6 +60,9 @@ def fault_point(name):
             wanted = f.read().strip()
     except OSError:
         return
+    if wanted == 'pause ' + name:
+        _pause()
+        return
     if wanted != name:
         return
     # The backend runs in a child of the cinder-volume launcher (which
@@ -71,6 +77,18 @@ def fault_point(name):
     if service != os.getpid():
         os.kill(service, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _pause(timeout=300):
+    try:
+        os.rename(os.path.join(faults_dir(), 'armed'),
+                  os.path.join(faults_dir(), 'paused.%d' % os.getpid()))
+    except OSError:
+        return      # another service claimed it first
+    resume = os.path.join(faults_dir(), 'resume')
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(resume) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _is_volume_service(pid):

@@ -26,8 +26,9 @@ A live qemu-io initiator holds every attached volume.
   anything again; the volume attaches to another host and detaches.
 * concurrency: 50 parallel attach / force-detach / attachment-delete calls
   over the same and different volumes, spread over both services.
-* etcd stopped: a force-detach fails clean (nothing torn down, Cinder
-  unchanged); etcd back, the re-run converges.
+* etcd stopped, before a force-detach or while one holds the lock (the
+  service paused by the fault hook): it fails clean (nothing torn down,
+  Cinder unchanged); etcd back, the re-run converges.
 * secrets: no CHAP, database or broker password in any log or output.
 
 stestr runs the module in one worker (``group_regex`` in .stestr.conf).
@@ -554,6 +555,52 @@ class ClusterTestCase(testtools.TestCase):
         self.assertEqual('in-use', self.box.volume(vol_id)['status'])
         self.assertEqual(['attached'], [a['status'] for a in
                                         self.box.attachments(vol_id)])
+
+        self.box.up()       # etcd back
+        rerun = self.box.manage('volume', 'force-detach', vol_id)
+        self.assertEqual(0, rerun.returncode, rerun.stdout + rerun.stderr)
+        self.assert_detached(vol_id, session)
+        self.assert_usable(vol_id)
+
+    def test_etcd_stops_mid_flow_nothing_runs_unlocked(self):
+        """etcd dies while a force-detach holds the volume's lock.
+
+        The service that runs the flow is paused (fault hook) once the
+        teardown is recorded, before the first step that changes the
+        backend; etcd is SIGKILLed; the flow goes on.  The lock service can
+        no longer confirm the lock, so the flow stops before revoking
+        anything: the host keeps its access and Cinder is unchanged.  etcd
+        back, the re-run converges.
+        """
+        vol_id, att_id, session = self.attached_volume('cluster-h1')
+        target = self.box.target_of(vol_id)
+        faults = os.path.join(self.box.state, 'cinder', 'faults')
+        self.box.arm('pause after:RecordTeardownTask')
+        self.addCleanup(self.box.disarm)
+        result = {}
+        first = threading.Thread(target=lambda: result.update(
+            res=self.box.manage('volume', 'force-detach', vol_id)))
+        first.start()
+        wait(lambda: glob.glob(os.path.join(faults, 'paused.*')), 120,
+             'a volume service to pause after RecordTeardownTask')
+        rec = self.box.record('etcd')
+        os.kill(rec['pid'], signal.SIGKILL)
+        wait(lambda: not self.box.alive('etcd'), 30, 'etcd to die')
+        self.addCleanup(lambda: self.box.alive('etcd') or self.box.up())
+        with open(os.path.join(faults, 'resume'), 'w'):
+            pass
+        first.join(300)
+
+        failed = result['res']
+        self.assertNotEqual(0, failed.returncode, failed.stdout)
+        self.assertEqual(target, self.box.target_of(vol_id))
+        self.assertTrue(session.write(0x34), session.output)
+        self.assertEqual('in-use', self.box.volume(vol_id)['status'])
+        self.assertEqual(['attached'], [a['status'] for a in
+                                        self.box.attachments(vol_id)])
+        logs = ''.join(open(p).read() for p in glob.glob(
+            os.path.join(self.box.state, 'logs', 'cinder-volume-*.log')))
+        self.assertIn('stopped before DisconnectLocalHostTask', logs)
 
         self.box.up()       # etcd back
         rerun = self.box.manage('volume', 'force-detach', vol_id)
