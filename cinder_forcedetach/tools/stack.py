@@ -30,6 +30,10 @@ recycled pid is never signalled):
 * with ``--db mariadb``, ``mariadbd`` (own port, socket and data
   directory, a ``cinder`` user whose random password is kept in
   ``STATE/secrets.json``); with ``--coordination etcd``, ``etcd``;
+* with ``--glance``, ``glance-api`` (PyPI glance under gunicorn, one
+  worker, no auth, a file store under ``STATE/glance/images``; its
+  database in the stack's MariaDB, or SQLite) after ``glance-manage db
+  sync``; Cinder's ``glance_api_servers`` points at it;
 * ``cinder-manage db sync``, then ``cinder-scheduler``, the
   ``cinder-volume`` service(s) and ``cinder-api`` from the venv with a
   generated ``STATE/cinder.conf`` (noauth, SQLite or MariaDB, the local
@@ -74,6 +78,9 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
 ``STACK_VOLUME_SERVICES``  cinder-volume processes; with 2 or more each
                            has its own ``host`` (its process name) in the
                            cluster ``box``, serving every backend [1]
+``STACK_GLANCE``           1: also run glance-api (images for create
+                           from image and os-reimage) [0]
+``STACK_GLANCE_PORT``      glance-api port [19292]
 ``STACK_DEBUG``            1: Cinder debug logging (may log more detail)
 =========================  =============================================
 """
@@ -336,6 +343,10 @@ class Settings(object):
         self.volume_services = getattr(
             args, 'volume_services', None) or _int_env(
             'STACK_VOLUME_SERVICES', 1)
+        self.glance = bool(getattr(args, 'glance', False) or env(
+            'STACK_GLANCE', '') in ('1', 'true', 'yes'))
+        self.glance_port = getattr(args, 'glance_port', None) or _int_env(
+            'STACK_GLANCE_PORT', 19292)
         if self.db not in DB_KINDS:
             raise StackError('STACK_DB must be one of %s, not %r' % (
                 ', '.join(DB_KINDS), self.db))
@@ -347,7 +358,7 @@ class Settings(object):
             raise StackError('STACK_VOLUME_SERVICES must be 1 to %d, not %d'
                              % (MAX_VOLUME_SERVICES, self.volume_services))
         for name in ('api_port', 'rabbit_port', 'epmd_port', 'iscsi_port',
-                     'ceph_mon_port', 'db_port', 'etcd_port'):
+                     'ceph_mon_port', 'db_port', 'etcd_port', 'glance_port'):
             # rabbit and etcd use the port above theirs, Ceph the one below.
             if not 1024 < getattr(self, name) < 65535:
                 raise StackError('%s must be in 1025-65534, not %d' % (
@@ -413,7 +424,10 @@ class Stack(object):
             names.append('mariadb')
         if info.get('coordination') == 'etcd':
             names.append('etcd')
-        names += ['tgtd', 'cinder-scheduler']
+        names.append('tgtd')
+        if info.get('glance'):
+            names.append('glance-api')
+        names.append('cinder-scheduler')
         names += volume_service_names(info.get('volume_services', 1))
         names.append('cinder-api')
         return names
@@ -427,7 +441,7 @@ class Stack(object):
         if os.path.isdir(self.run_dir):
             names.update(n[:-len('.json')] for n in os.listdir(self.run_dir)
                          if n.endswith('.json'))
-        known = ['epmd', 'rabbitmq', 'mariadb', 'etcd', 'tgtd',
+        known = ['epmd', 'rabbitmq', 'mariadb', 'etcd', 'tgtd', 'glance-api',
                  'cinder-scheduler', 'cinder-volume'] + volume_service_names(
             MAX_VOLUME_SERVICES) + ['cinder-api']
         ordered = [n for n in known if n in names]
@@ -453,6 +467,7 @@ class Stack(object):
                 'db': s.db, 'db_port': s.db_port,
                 'coordination': s.coordination, 'etcd_port': s.etcd_port,
                 'volume_services': s.volume_services,
+                'glance': s.glance, 'glance_port': s.glance_port,
                 'project_id': (s.project_id or self.info.get('project_id') or
                                uuid.uuid4().hex)}
 
@@ -484,6 +499,8 @@ class Stack(object):
             if 'etcd' in procs:
                 self._start_etcd(procs['etcd'])
             self._start_tgtd(procs['tgtd'])
+            if 'glance-api' in procs:
+                self._start_glance(procs['glance-api'])
             if self.uses_ceph():
                 self._start_ceph()
             self._write_cinder_conf()
@@ -514,6 +531,7 @@ class Stack(object):
             'cinder-api': [info['api_port']],
             'mariadb': [info.get('db_port')],
             'etcd': [info.get('etcd_port'), (info.get('etcd_port') or 0) + 1],
+            'glance-api': [info.get('glance_port')],
         }
         for name, ports in owners.items():
             if name not in procs or procs[name].alive():
@@ -563,13 +581,17 @@ class Stack(object):
         if os.path.exists(self.secrets_path):
             with open(self.secrets_path) as f:
                 data = json.load(f)
-            if 'db_password' not in data:     # from an older stack
-                data['db_password'] = secrets.token_hex(16)
+            missing = [k for k in ('db_password', 'glance_db_password')
+                       if k not in data]        # from an older stack
+            for key in missing:
+                data[key] = secrets.token_hex(16)
+            if missing:
                 _write(self.secrets_path, json.dumps(data))
             return data
         data = {'rabbit_user': 'cinder',
                 'rabbit_password': secrets.token_hex(16),
-                'db_password': secrets.token_hex(16)}
+                'db_password': secrets.token_hex(16),
+                'glance_db_password': secrets.token_hex(16)}
         # A broker database made with another password is of no use.
         if not Proc(self, 'rabbitmq').alive():
             shutil.rmtree(os.path.join(self.rabbit_dir, 'mnesia'),
@@ -676,21 +698,28 @@ class Stack(object):
             wait_for(lambda: os.path.exists(sock) and
                      port_open(info['host'], info['db_port']),
                      self.s.timeout, 'mariadb', proc)
-        # The password goes on stdin, never on a command line.
-        password = self._secrets()['db_password']
-        sql = ("CREATE DATABASE IF NOT EXISTS cinder CHARACTER SET utf8mb4;\n"
-               "CREATE USER IF NOT EXISTS 'cinder'@'127.%%' IDENTIFIED BY "
+        self._create_database('cinder', self._secrets()['db_password'])
+        if info.get('glance'):
+            self._create_database('glance',
+                                  self._secrets()['glance_db_password'])
+
+    def _create_database(self, name, password):
+        """Database *name* and its user *name* (password on stdin)."""
+        _d, _data, sock = self._mariadb_paths()
+        sql = ("CREATE DATABASE IF NOT EXISTS %(db)s CHARACTER SET utf8mb4;\n"
+               "CREATE USER IF NOT EXISTS '%(db)s'@'127.%%' IDENTIFIED BY "
                "'%(pw)s';\n"
-               "ALTER USER 'cinder'@'127.%%' IDENTIFIED BY '%(pw)s';\n"
-               "GRANT ALL PRIVILEGES ON cinder.* TO 'cinder'@'127.%%';\n"
-               % {'pw': password})
+               "ALTER USER '%(db)s'@'127.%%' IDENTIFIED BY '%(pw)s';\n"
+               "GRANT ALL PRIVILEGES ON %(db)s.* TO '%(db)s'@'127.%%';\n"
+               % {'db': name, 'pw': password})
         client = _which('mariadb')
         res = subprocess.run([client, '--no-defaults', '--socket=' + sock,
                               '--user=root'], input=sql, text=True,
                              capture_output=True, timeout=60)
         if res.returncode:
-            raise StackError('cannot create the cinder database and user: %s'
-                             % res.stderr.strip().replace(password, '***'))
+            raise StackError('cannot create the %s database and user: %s'
+                             % (name, res.stderr.strip().replace(password,
+                                                                 '***')))
 
     def database_url(self):
         if self.info.get('db') != 'mariadb':
@@ -699,6 +728,89 @@ class Stack(object):
         return 'mysql+pymysql://cinder:%s@%s:%d/cinder?charset=utf8mb4' % (
             self._secrets()['db_password'], self.info['host'],
             self.info['db_port'])
+
+    # -- glance ---------------------------------------------------------------
+
+    def glance_url(self, info=None):
+        info = info or self.info
+        return 'http://%s:%d' % (info['host'], info['glance_port'])
+
+    def glance_answers(self):
+        try:
+            with urllib.request.urlopen(self.glance_url() + '/healthcheck',
+                                        timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _write_glance_conf(self):
+        info, d = self.info, os.path.join(self.dir, 'glance')
+        paste = os.path.join(info['venv'], 'etc', 'glance',
+                             'glance-api-paste.ini')
+        if not os.path.exists(paste):
+            raise StackError('%s not found: is glance installed in %s? '
+                             '(tools/install-deps.sh installs it)' % (
+                                 paste, info['venv']))
+        for sub in ('images', 'staging', 'tasks', 'locks'):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        shutil.copy(paste, os.path.join(d, 'glance-api-paste.ini'))
+        if info.get('db') == 'mariadb':
+            database = ('mysql+pymysql://glance:%s@%s:%d/glance?charset='
+                        'utf8mb4' % (self._secrets()['glance_db_password'],
+                                     info['host'], info['db_port']))
+        else:
+            database = 'sqlite:///%s' % os.path.join(d, 'glance.sqlite')
+        conf = configparser.RawConfigParser()
+        conf.optionxform = str
+        conf['DEFAULT'] = {
+            'debug': str(self.s.debug),
+            'log_file': os.path.join(self.log_dir, 'glance-api.log'),
+            'worker_self_reference_url': self.glance_url(),
+            'enabled_backends': 'box:file',
+            'node_staging_uri': 'file://' + os.path.join(d, 'staging'),
+        }
+        conf['database'] = {'connection': database}
+        conf['glance_store'] = {'default_backend': 'box'}
+        conf['box'] = {'filesystem_store_datadir': os.path.join(d, 'images')}
+        for store in ('staging', 'tasks'):
+            conf['os_glance_%s_store' % store] = {
+                'filesystem_store_datadir': os.path.join(d, store)}
+        conf['oslo_concurrency'] = {'lock_path': os.path.join(d, 'locks')}
+        # No keystone here: Glance's unauthenticated-context pipeline, and
+        # its legacy policies (the new ones want a project in the token).
+        conf['paste_deploy'] = {'flavor': ''}
+        conf['oslo_policy'] = {'enforce_new_defaults': 'False',
+                               'enforce_scope': 'False'}
+        path = os.path.join(d, 'glance-api.conf')
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, 'w') as f:
+            f.write('# Generated by tools/stack.sh up.\n')
+            conf.write(f)
+        return d, path
+
+    def _start_glance(self, proc):
+        if proc.alive():
+            return
+        conf_dir, conf_path = self._write_glance_conf()
+        out = os.path.join(self.log_dir, 'glance-manage.out')
+        with open(out, 'ab') as f:
+            res = subprocess.run(
+                [self._venv_bin('glance-manage'), '--config-file', conf_path,
+                 'db', 'sync'], stdin=subprocess.DEVNULL, stdout=f,
+                stderr=subprocess.STDOUT, cwd=conf_dir, timeout=300)
+        if res.returncode:
+            raise StackError('glance-manage db sync failed; see %s%s' % (
+                out, _tail(out)))
+        info = self.info
+        env = dict(os.environ, OS_GLANCE_CONFIG_DIR=conf_dir)
+        # One worker; --no-control-socket: gunicorn's default control
+        # socket is shared by every gunicorn of the user.
+        proc.start([self._venv_bin('gunicorn'), '--workers', '1',
+                    '--threads', '4' if info.get('db') == 'mariadb' else '1',
+                    '--timeout', '180', '--no-control-socket',
+                    '--bind', '%s:%d' % (info['host'], info['glance_port']),
+                    'glance.wsgi.api:application'], env=env, cwd=conf_dir)
+        wait_for(self.glance_answers, self.s.timeout, 'glance-api', proc)
 
     def etcd_url(self, info=None):
         info = info or self.info
@@ -830,6 +942,8 @@ class Stack(object):
         }
         if info.get('volume_services', 1) > 1:
             conf['DEFAULT']['cluster'] = CLUSTER
+        if info.get('glance'):
+            conf['DEFAULT']['glance_api_servers'] = self.glance_url()
         conf['database'] = {'connection': self.database_url()}
         conf['oslo_concurrency'] = {'lock_path': os.path.join(c, 'locks')}
         conf['coordination'] = {'backend_url': self.coordination_url()}
@@ -1072,6 +1186,9 @@ class Stack(object):
         if info.get('coordination') == 'etcd':
             extra.append('  etcd       %s, pid %s (tooz locks)' % (
                 self.etcd_url(), procs['etcd'].pid))
+        if info.get('glance'):
+            extra.append('  glance     %s/v2, pid %s (no auth, file store)'
+                         % (self.glance_url(), procs['glance-api'].pid))
         if info.get('volume_services', 1) > 1:
             extra.append('  volume     %d services in cluster "%s": %s' % (
                 info['volume_services'], CLUSTER, ', '.join(
@@ -1171,6 +1288,10 @@ class Stack(object):
             elif name == 'mariadb' and alive:
                 detail = 'mysql %s:%d, database cinder' % (
                     info['host'], info['db_port'])
+            elif name == 'glance-api' and alive:
+                detail = '%s %s' % (self.glance_url(info), 'answers' if
+                                    self.glance_answers() else
+                                    'NOT answering')
             elif name == 'etcd' and alive:
                 detail = '%s %s' % (self.etcd_url(info), 'healthy' if
                                     self.etcd_healthy() else 'NOT healthy')
@@ -1288,7 +1409,7 @@ def build_parser():
     up.add_argument('--host')
     for opt in ('api-port', 'rabbit-port', 'epmd-port', 'iscsi-port',
                 'tgt-control-port', 'ceph-mon-port', 'db-port', 'etcd-port',
-                'timeout'):
+                'glance-port', 'timeout'):
         up.add_argument('--' + opt, type=int)
     up.add_argument('--db', choices=DB_KINDS,
                     help='the database of every service [sqlite]')
@@ -1298,6 +1419,8 @@ def build_parser():
     up.add_argument('--volume-services', type=int, metavar='N',
                     help='cinder-volume processes; several form one '
                          'cluster (active-active) [1]')
+    up.add_argument('--glance', action='store_true',
+                    help='also run glance-api (no auth, file store)')
     up.add_argument('--backends', help='NAME[=DRIVER],...; DRIVER: tgt, '
                     'rbd or a class')
     up.add_argument('--extra-conf', help='file appended to cinder.conf')

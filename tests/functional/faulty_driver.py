@@ -22,8 +22,10 @@ as ``pause <point>``, the service renames the file ``paused.<pid>`` instead
 and waits there until the test writes ``<state_path>/faults/resume``.
 Nothing else changes: unarmed, this is the tgt driver.
 
-Points: ``after:<Task>`` for every task of the force-detach flow, and
-``after:<driver method>`` for the driver calls Cinder's manager makes.
+Points: ``after:<Task>`` for every task of the force-detach flow,
+``after:<driver method>`` for the driver calls Cinder's manager makes, and
+``after:write`` after each write of an image onto a volume (the first one
+armed fires).
 """
 
 import functools
@@ -45,7 +47,8 @@ FLOW_TASKS = [
     force_detach.ResetDatabaseTask, force_detach.ReleaseLockTask,
 ]
 DRIVER_METHODS = ('initialize_connection', 'terminate_connection',
-                  'remove_export', 'ensure_export')
+                  'remove_export', 'ensure_export', 'discard_volume',
+                  'copy_image_to_volume')
 
 
 def faults_dir():
@@ -123,3 +126,23 @@ class FaultyTgtISCSIDriver(iscsi.TgtISCSIDriver):
         # The mixin wraps these on the instance; wrap what Cinder calls.
         for name in DRIVER_METHODS:
             setattr(self, name, _after(name, getattr(self, name)))
+
+    def open_volume_for_write(self, volume):
+        return _FaultyFile(super(FaultyTgtISCSIDriver,
+                                 self).open_volume_for_write(volume))
+
+
+class _FaultyFile(object):
+    """A volume's file object with the ``after:write`` fault point."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, data):
+        written = self._f.write(data)
+        self._f.flush()
+        fault_point('after:write')
+        return written
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)

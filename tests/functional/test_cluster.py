@@ -26,6 +26,10 @@ A live qemu-io initiator holds every attached volume.
   anything again; the volume attaches to another host and detaches.
 * concurrency: 50 parallel attach / force-detach / attachment-delete calls
   over the same and different volumes, spread over both services.
+* kill -9 during os-reimage (glance in the box): after the old content is
+  discarded, after the first block of the new image, after the whole
+  image; reset, the re-run through the other service writes the image
+  whole.
 * etcd stopped, before a force-detach or while one holds the lock (the
   service paused by the fault hook): it fails clean (nothing torn down,
   Cinder unchanged); etcd back, the re-run converges.
@@ -75,6 +79,11 @@ KILL_POINTS = (
     'after:ReleaseLockTask', 'after:terminate_connection',
     'after:remove_export',
 )
+#: Fault points of os-reimage (a raw image streamed onto the volume): the
+#: old content discarded, the first block of the new image written, the
+#: whole image written (Cinder has not yet set the status back).
+REIMAGE_POINTS = ('after:discard_volume', 'after:write',
+                  'after:copy_image_to_volume')
 PROPERTY_HOSTS = ('cluster-q1', 'cluster-q2')
 RACE_CASES = ('in_use_without_attachment', 'interrupted_force_detach')
 READY_LINE = 'Driver post RPC initialization completed successfully'
@@ -102,8 +111,8 @@ class ClusterBox(object):
 
     def __init__(self):
         self.state = tempfile.mkdtemp(prefix='cfd-cluster-')
-        api, rabbit, epmd, iscsi, db, etcd = fakes.free_tcp_ports(
-            6, span=2, below_ephemeral=True)
+        api, rabbit, epmd, iscsi, db, etcd, glance = fakes.free_tcp_ports(
+            7, span=2, below_ephemeral=True)
         extra = os.path.join(self.state, 'extra.conf')
         with open(extra, 'w') as f:
             # A call whose volume service died answers within this time.
@@ -123,6 +132,7 @@ class ClusterBox(object):
             'STACK_BACKENDS': 'tgt=' + DRIVER,
             'STACK_DB': 'mariadb', 'STACK_COORDINATION': 'etcd',
             'STACK_VOLUME_SERVICES': '2',
+            'STACK_GLANCE': '1', 'STACK_GLANCE_PORT': str(glance),
             'STACK_EXTRA_CONF': extra,
             # The volume services import the faulty driver from the tree.
             'PYTHONPATH': REPO + (':' + os.environ['PYTHONPATH']
@@ -227,12 +237,36 @@ class ClusterBox(object):
         wait(lambda: self.volume(vol_id)['status'] == status, timeout,
              'volume %s %s' % (vol_id, status))
 
-    def create_volume(self, multiattach=False):
+    def create_volume(self, multiattach=False, image_id=None):
         body = {'volume': {'size': 1, 'volume_type':
                            'multiattach' if multiattach else 'tgt'}}
+        if image_id:
+            body['volume']['imageRef'] = image_id
         vol = self.api('POST', '/volumes', body)['volume']
         self.wait_volume(vol['id'], 'available')
         return vol['id']
+
+    def upload_image(self, data, disk_format='raw'):
+        """An active image in the box's glance (no auth); returns its id."""
+        images = 'http://%s:%d/v2/images' % (self.info['host'],
+                                             self.info['glance_port'])
+        req = urllib.request.Request(images, method='POST', data=json.dumps({
+            'name': 'cluster-%d' % len(data), 'disk_format': disk_format,
+            'container_format': 'bare'}).encode(),
+            headers={'Content-Type': 'application/json'})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            image_id = json.loads(resp.read())['id']
+        req = urllib.request.Request(
+            '%s/%s/file' % (images, image_id), method='PUT', data=data,
+            headers={'Content-Type': 'application/octet-stream'})
+        urllib.request.urlopen(req, timeout=120).close()
+        return image_id
+
+    def volume_bytes(self, vol_id, length):
+        """The first *length* bytes of the volume's file on the backend."""
+        path = os.path.join(self.state, 'volumes', 'tgt', 'volume-' + vol_id)
+        with open(path, 'rb') as f:
+            return f.read(length)
 
     def attach(self, vol_id, host):
         """Attach a host (no instance: the box has no Nova to ask).
@@ -536,6 +570,69 @@ class ClusterTestCase(testtools.TestCase):
         path = os.path.join(self.box.state, 'logs', name + '.log')
         with open(path) as f:
             return f.read().count('Teardown of volume')
+
+    # -- kill -9 during os-reimage -------------------------------------------
+
+    @classmethod
+    def images(cls):
+        """(old image id, old bytes, new image id, new bytes), made once.
+
+        The old image is longer: what the re-run leaves past the new image's
+        end must read zeros, not old content.
+        """
+        if not getattr(cls, '_images', None):
+            rng = random.Random(14)
+            old = rng.randbytes(16 * 1024 * 1024)
+            new = rng.randbytes(12 * 1024 * 1024)
+            cls._images = (cls.box.upload_image(old), old,
+                           cls.box.upload_image(new), new)
+        return cls._images
+
+    @ddt.data(*REIMAGE_POINTS)
+    def test_kill_9_during_reimage_then_rerun(self, point):
+        """os-reimage; the volume service writing the image is SIGKILLed.
+
+        Cinder keeps no worker record of a reimage, so the volume stays
+        ``downloading`` until an operator resets it (``os-reset_status`` to
+        ``error``, as for any operation whose service died; it is not
+        exported, so the reset hides nothing).  The re-run goes through the
+        other service and writes the whole new image: no old byte and no
+        partial write is left.  Cinder then puts back the status the volume
+        had before the reimage (``error``: its image metadata tells the
+        success); reset to ``available``, it attaches, writes and detaches.
+        """
+        old_id, old, new_id, new = self.images()
+        vol_id = self.box.create_volume(image_id=old_id)
+        self.assertEqual(old, self.box.volume_bytes(vol_id, len(old)))
+        self.box.arm(point)
+        self.box.api('POST', '/volumes/%s/action' % vol_id,
+                     {'os-reimage': {'image_id': new_id}})
+        wait(lambda: self.box.fired_pid() is not None, 120,
+             'a volume service to reach %s' % point)
+        killed = self.box.fired_pid()
+        wait(lambda: not os.path.exists('/proc/%d' % killed) or
+             _zombie(killed), 30, 'pid %d to die' % killed)
+        self.assertEqual('downloading', self.box.volume(vol_id)['status'])
+
+        self.box.api('POST', '/volumes/%s/action' % vol_id,
+                     {'os-reset_status': {'status': 'error'}})
+        self.box.api('POST', '/volumes/%s/action' % vol_id,
+                     {'os-reimage': {'image_id': new_id}})
+        self.box.wait_volume(vol_id, 'error')
+        self.assertEqual(new_id, self.box.volume(vol_id).get(
+            'volume_image_metadata', {}).get('image_id'))
+        self.box.api('POST', '/volumes/%s/action' % vol_id,
+                     {'os-reset_status': {'status': 'available'}})
+        written = self.box.volume_bytes(vol_id, len(old))
+        self.assertTrue(written[:len(new)] == new, 'the new image differs')
+        tail = written[len(new):]
+        self.assertEqual(len(tail), tail.count(0),
+                         'old content left past the end of the new image')
+        self.assertEqual({}, self.box.target_of(vol_id))
+
+        self.assertEqual(1, len(self.box.restart_dead()))
+        self.assertEqual({}, self.box.target_of(vol_id))
+        self.assert_usable(vol_id)
 
     # -- the lock service fails ---------------------------------------------
 

@@ -10,7 +10,11 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""tools/stack.sh's backend list: names, driver aliases, errors."""
+"""tools/stack.sh's settings: backends, optional glance, port checks."""
+
+import argparse
+import os
+from unittest import mock
 
 import ddt
 import testtools
@@ -51,3 +55,19 @@ class UsesCephTestCase(testtools.TestCase):
         # stack.json keeps the pairs as lists
         self.assertTrue(st.uses_ceph({'backends': [['tgt', TGT],
                                                    ['rbd', RBD]]}))
+
+
+class GlanceTestCase(testtools.TestCase):
+
+    def test_glance_starts_before_cinder_when_asked(self):
+        st = stack.Stack.__new__(stack.Stack)
+        self.assertNotIn('glance-api', st.order({'volume_services': 1}))
+        order = st.order({'glance': True, 'volume_services': 1})
+        self.assertLess(order.index('glance-api'),
+                        order.index('cinder-volume'))
+
+    def test_glance_port_is_checked(self):
+        with mock.patch.dict(os.environ, {'STACK_GLANCE_PORT': '70000'}):
+            err = self.assertRaises(stack.StackError, stack.Settings,
+                                    argparse.Namespace(state_dir=None))
+        self.assertIn('glance_port', str(err))
