@@ -252,6 +252,10 @@ class Client(object):
         self.request('POST', '/volumes/%s/action' % volume_id,
                      {'os-force_detach': params}, ok=(202,))
 
+    def delete_attachment(self, attachment_id):
+        """``DELETE /attachments/ID``: Cinder's detach of one attachment."""
+        self.request('DELETE', '/attachments/%s' % attachment_id)
+
     def get_attachment(self, attachment_id):
         """The attachment, connection_info included (unmasked)."""
         return self.request('GET',

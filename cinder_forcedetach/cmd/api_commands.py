@@ -21,6 +21,7 @@ import sys
 
 from cinder_forcedetach.cmd.errors import CliError
 from cinder_forcedetach.cmd.errors import EXIT_CONFLICT
+from cinder_forcedetach.cmd.errors import EXIT_NOT_FOUND
 from cinder_forcedetach.cmd.errors import EXIT_OK
 from cinder_forcedetach.cmd.errors import EXIT_USAGE
 from cinder_forcedetach.cmd import output
@@ -63,20 +64,24 @@ def load_connector(text):
               help='the attachment to end'),
           arg('--all-hosts', action='store_true',
               help='without --connector, allow detaching a volume that has '
-                   'several attachments from every host at once')])
+                   'several attachments from every host (one attachment '
+                   'delete each: Cinder refuses an os-force_detach that '
+                   'names no host of several)')])
 def volume_force_detach(client, args, out):
     """Force-detach, then print the volume's status and attachments."""
     connector = (load_connector(args.connector)
                  if args.connector is not None else None)
     volume_id = client.resolve_volume(args.volume)
-    if connector is None and not args.all_hosts:
+    if connector is None:
         # Without a connector Cinder asks the driver to revoke every host:
         # on a multiattach volume that would cut off the hosts that stay.
         attached = client.get_volume(volume_id).get('attachments') or []
-        if len(attached) > 1:
+        if len(attached) > 1 and not args.all_hosts:
             raise CliError(EXIT_USAGE, 'volume %s has %d attachments: give '
                            'the --connector of the host to detach, or '
                            '--all-hosts' % (volume_id, len(attached)))
+        if len(attached) > 1 and not args.attachment:
+            return _detach_each(client, volume_id, attached, out)
     result = {}
     try:
         client.force_detach(volume_id, connector=connector,
@@ -90,6 +95,26 @@ def volume_force_detach(client, args, out):
     volume = client.get_volume(volume_id)
     out.emit(dict(result, volume_id=volume_id, status=volume.get('status'),
                   attachments=_attachment_ids(volume)))
+    return EXIT_OK
+
+
+def _detach_each(client, volume_id, attached, out):
+    """Every host of a volume with several attachments: one delete each.
+
+    Cinder's os-force_detach names no host here (its guard answers 409,
+    and a teardown without a connector among several is refused); each
+    attachment delete tears its host down with the connector Cinder kept.
+    """
+    for attachment_id in _attachment_ids({'attachments': attached}):
+        try:
+            client.delete_attachment(attachment_id)
+        except CliError as err:
+            if err.code != EXIT_NOT_FOUND:     # gone already: a re-run
+                raise
+    volume = client.get_volume(volume_id)
+    out.emit({'result': 'every host detached, one attachment delete each',
+              'volume_id': volume_id, 'status': volume.get('status'),
+              'attachments': _attachment_ids(volume)})
     return EXIT_OK
 
 

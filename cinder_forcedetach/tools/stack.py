@@ -30,6 +30,11 @@ recycled pid is never signalled):
 * with ``--db mariadb``, ``mariadbd`` (own port, socket and data
   directory, a ``cinder`` user whose random password is kept in
   ``STATE/secrets.json``); with ``--coordination etcd``, ``etcd``;
+* with ``--keystone``, ``keystone-api`` (PyPI keystone under gunicorn,
+  fernet tokens, its database in the stack's MariaDB or SQLite; an
+  ``admin`` and a ``cinder`` service user, the block-storage catalog) and
+  Cinder's API behind keystonemiddleware, service tokens included; the
+  client's credentials in ``STATE/openrc`` (mode 0600), never printed;
 * with ``--glance``, ``glance-api`` (PyPI glance under gunicorn, one
   worker, no auth, a file store under ``STATE/glance/images``; its
   database in the stack's MariaDB, or SQLite) after ``glance-manage db
@@ -78,6 +83,8 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
 ``STACK_VOLUME_SERVICES``  cinder-volume processes; with 2 or more each
                            has its own ``host`` (its process name) in the
                            cluster ``box``, serving every backend [1]
+``STACK_KEYSTONE``         1: Keystone auth instead of noauth [0]
+``STACK_KEYSTONE_PORT``    keystone-api port [15000]
 ``STACK_GLANCE``           1: also run glance-api (images for create
                            from image and os-reimage) [0]
 ``STACK_GLANCE_PORT``      glance-api port [19292]
@@ -88,6 +95,7 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
 import argparse
 import configparser
 import errno
+import functools
 import ipaddress
 import json
 import os
@@ -126,6 +134,11 @@ SBIN = '/usr/sbin:/usr/bin:/sbin:/bin'
 CLIENT_API_VERSION = '3.70'
 STOP_GRACE = 20.0
 EXIT_DOWN = 3
+#: Passwords kept in STATE/secrets.json besides the broker's.
+SECRET_PASSWORDS = ('db_password', 'glance_db_password',
+                    'keystone_db_password', 'admin_password',
+                    'cinder_password')
+REGION = 'RegionOne'
 
 
 class StackError(Exception):
@@ -343,6 +356,10 @@ class Settings(object):
         self.volume_services = getattr(
             args, 'volume_services', None) or _int_env(
             'STACK_VOLUME_SERVICES', 1)
+        self.keystone = bool(getattr(args, 'keystone', False) or env(
+            'STACK_KEYSTONE', '') in ('1', 'true', 'yes'))
+        self.keystone_port = getattr(args, 'keystone_port', None) or _int_env(
+            'STACK_KEYSTONE_PORT', 15000)
         self.glance = bool(getattr(args, 'glance', False) or env(
             'STACK_GLANCE', '') in ('1', 'true', 'yes'))
         self.glance_port = getattr(args, 'glance_port', None) or _int_env(
@@ -358,7 +375,8 @@ class Settings(object):
             raise StackError('STACK_VOLUME_SERVICES must be 1 to %d, not %d'
                              % (MAX_VOLUME_SERVICES, self.volume_services))
         for name in ('api_port', 'rabbit_port', 'epmd_port', 'iscsi_port',
-                     'ceph_mon_port', 'db_port', 'etcd_port', 'glance_port'):
+                     'ceph_mon_port', 'db_port', 'etcd_port', 'glance_port',
+                     'keystone_port'):
             # rabbit and etcd use the port above theirs, Ceph the one below.
             if not 1024 < getattr(self, name) < 65535:
                 raise StackError('%s must be in 1025-65534, not %d' % (
@@ -425,6 +443,8 @@ class Stack(object):
         if info.get('coordination') == 'etcd':
             names.append('etcd')
         names.append('tgtd')
+        if info.get('keystone'):
+            names.append('keystone-api')
         if info.get('glance'):
             names.append('glance-api')
         names.append('cinder-scheduler')
@@ -441,7 +461,8 @@ class Stack(object):
         if os.path.isdir(self.run_dir):
             names.update(n[:-len('.json')] for n in os.listdir(self.run_dir)
                          if n.endswith('.json'))
-        known = ['epmd', 'rabbitmq', 'mariadb', 'etcd', 'tgtd', 'glance-api',
+        known = ['epmd', 'rabbitmq', 'mariadb', 'etcd', 'tgtd',
+                 'keystone-api', 'glance-api',
                  'cinder-scheduler', 'cinder-volume'] + volume_service_names(
             MAX_VOLUME_SERVICES) + ['cinder-api']
         ordered = [n for n in known if n in names]
@@ -468,6 +489,7 @@ class Stack(object):
                 'coordination': s.coordination, 'etcd_port': s.etcd_port,
                 'volume_services': s.volume_services,
                 'glance': s.glance, 'glance_port': s.glance_port,
+                'keystone': s.keystone, 'keystone_port': s.keystone_port,
                 'project_id': (s.project_id or self.info.get('project_id') or
                                uuid.uuid4().hex)}
 
@@ -499,6 +521,8 @@ class Stack(object):
             if 'etcd' in procs:
                 self._start_etcd(procs['etcd'])
             self._start_tgtd(procs['tgtd'])
+            if 'keystone-api' in procs:
+                self._start_keystone(procs['keystone-api'])
             if 'glance-api' in procs:
                 self._start_glance(procs['glance-api'])
             if self.uses_ceph():
@@ -532,6 +556,7 @@ class Stack(object):
             'mariadb': [info.get('db_port')],
             'etcd': [info.get('etcd_port'), (info.get('etcd_port') or 0) + 1],
             'glance-api': [info.get('glance_port')],
+            'keystone-api': [info.get('keystone_port')],
         }
         for name, ports in owners.items():
             if name not in procs or procs[name].alive():
@@ -581,7 +606,7 @@ class Stack(object):
         if os.path.exists(self.secrets_path):
             with open(self.secrets_path) as f:
                 data = json.load(f)
-            missing = [k for k in ('db_password', 'glance_db_password')
+            missing = [k for k in SECRET_PASSWORDS
                        if k not in data]        # from an older stack
             for key in missing:
                 data[key] = secrets.token_hex(16)
@@ -589,9 +614,8 @@ class Stack(object):
                 _write(self.secrets_path, json.dumps(data))
             return data
         data = {'rabbit_user': 'cinder',
-                'rabbit_password': secrets.token_hex(16),
-                'db_password': secrets.token_hex(16),
-                'glance_db_password': secrets.token_hex(16)}
+                'rabbit_password': secrets.token_hex(16)}
+        data.update((k, secrets.token_hex(16)) for k in SECRET_PASSWORDS)
         # A broker database made with another password is of no use.
         if not Proc(self, 'rabbitmq').alive():
             shutil.rmtree(os.path.join(self.rabbit_dir, 'mnesia'),
@@ -702,6 +726,9 @@ class Stack(object):
         if info.get('glance'):
             self._create_database('glance',
                                   self._secrets()['glance_db_password'])
+        if info.get('keystone'):
+            self._create_database('keystone',
+                                  self._secrets()['keystone_db_password'])
 
     def _create_database(self, name, password):
         """Database *name* and its user *name* (password on stdin)."""
@@ -729,6 +756,204 @@ class Stack(object):
             self._secrets()['db_password'], self.info['host'],
             self.info['db_port'])
 
+    def service_database_url(self, name, directory):
+        """Service *name*'s database: MariaDB's, or SQLite in *directory*."""
+        info = self.info
+        if info.get('db') != 'mariadb':
+            return 'sqlite:///%s' % os.path.join(directory, name + '.sqlite')
+        return 'mysql+pymysql://%s:%s@%s:%d/%s?charset=utf8mb4' % (
+            name, self._secrets()[name + '_db_password'], info['host'],
+            info['db_port'], name)
+
+    def _gunicorn(self, proc, app, port, env, cwd):
+        """Start a WSGI *app* under gunicorn, as a process of the stack.
+
+        One worker; threads only with MariaDB (SQLite locks under them).
+        ``--no-control-socket``: gunicorn's default control socket is
+        shared by every gunicorn of the user.
+        """
+        info = self.info
+        proc.start([self._venv_bin('gunicorn'), '--workers', '1',
+                    '--threads', '4' if info.get('db') == 'mariadb' else '1',
+                    '--timeout', '180', '--no-control-socket',
+                    '--bind', '%s:%d' % (info['host'], port), app],
+                   env=dict(os.environ, **env), cwd=cwd)
+
+    def _manage(self, name, argv, env=None, cwd=None):
+        """Run a ``*-manage`` step; its output goes to LOG/NAME.out."""
+        out = os.path.join(self.log_dir, name + '.out')
+        with open(out, 'ab') as f:
+            res = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, stdout=f,
+                stderr=subprocess.STDOUT, cwd=cwd or self.dir, timeout=300,
+                env=dict(os.environ, **(env or {})))
+        if res.returncode:
+            raise StackError('%s failed; see %s%s' % (
+                ' '.join(os.path.basename(a) for a in argv[:1] + argv[3:4]),
+                out, _tail(out)))
+
+    # -- keystone -------------------------------------------------------------
+
+    def keystone_url(self, info=None):
+        info = info or self.info
+        return 'http://%s:%d' % (info['host'], info['keystone_port'])
+
+    def keystone_answers(self):
+        try:
+            with urllib.request.urlopen(self.keystone_url() + '/v3',
+                                        timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _write_keystone_conf(self):
+        d = os.path.join(self.dir, 'keystone')
+        for sub in ('fernet-keys', 'credential-keys'):
+            os.makedirs(os.path.join(d, sub), mode=0o700, exist_ok=True)
+        conf = configparser.RawConfigParser()
+        conf.optionxform = str
+        conf['DEFAULT'] = {
+            'debug': str(self.s.debug),
+            'log_file': os.path.join(self.log_dir, 'keystone-api.log')}
+        conf['database'] = {
+            'connection': self.service_database_url('keystone', d)}
+        conf['token'] = {'provider': 'fernet'}
+        for section in ('fernet_tokens', 'fernet_receipts'):
+            conf[section] = {
+                'key_repository': os.path.join(d, 'fernet-keys')}
+        conf['credential'] = {
+            'key_repository': os.path.join(d, 'credential-keys')}
+        # A test box: a token check in ~20 ms instead of ~1 s.
+        conf['cache'] = {'enabled': 'True', 'backend': 'oslo_cache.dict'}
+        conf['identity'] = {'password_hash_rounds': '4'}
+        path = os.path.join(d, 'keystone.conf')
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, 'w') as f:
+            f.write('# Generated by tools/stack.sh up.\n')
+            conf.write(f)
+        return d, path
+
+    def _start_keystone(self, proc):
+        if not proc.alive():
+            conf_dir, conf = self._write_keystone_conf()
+            manage = [self._venv_bin('keystone-manage'), '--config-file',
+                      conf]
+            for step in (['db_sync'],
+                         ['fernet_setup', '--keystone-user', 'root',
+                          '--keystone-group', 'root'],
+                         ['credential_setup', '--keystone-user', 'root',
+                          '--keystone-group', 'root']):
+                self._manage('keystone-manage', manage + step, cwd=conf_dir)
+            url = self.keystone_url() + '/v3'
+            # The password through the environment, never on a command line.
+            self._manage('keystone-manage', manage + [
+                'bootstrap', '--bootstrap-admin-url', url,
+                '--bootstrap-public-url', url,
+                '--bootstrap-internal-url', url,
+                '--bootstrap-region-id', REGION],
+                env={'OS_BOOTSTRAP_PASSWORD':
+                     self._secrets()['admin_password']}, cwd=conf_dir)
+            self._gunicorn(proc, 'cinder_forcedetach.tools.keystone_wsgi:'
+                           'application', self.info['keystone_port'],
+                           {'OS_KEYSTONE_CONFIG_DIR': conf_dir}, conf_dir)
+            wait_for(self.keystone_answers, self.s.timeout, 'keystone-api',
+                     proc)
+        self._keystone_accounts()
+
+    def keystone(self, method, path, body=None, token=None):
+        """A call to Keystone's v3 API; (status, headers, decoded body)."""
+        req = urllib.request.Request(
+            self.keystone_url() + '/v3' + path, method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers=dict({'Content-Type': 'application/json'},
+                         **({'X-Auth-Token': token} if token else {})))
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            data = resp.read()
+            return (resp.status, resp.headers,
+                    json.loads(data) if data else {})
+
+    def keystone_token(self, user='admin', project='admin'):
+        """A project-scoped token of *user* (its password in secrets)."""
+        password = self._secrets()['%s_password' % user]
+        identity = {'methods': ['password'], 'password': {'user': {
+            'name': user, 'domain': {'id': 'default'},
+            'password': password}}}
+        scope = {'project': {'name': project, 'domain': {'id': 'default'}}}
+        _status, headers, _body = self.keystone('POST', '/auth/tokens', {
+            'auth': {'identity': identity, 'scope': scope}})
+        return headers['X-Subject-Token']
+
+    def _keystone_find(self, token, kind, name, create):
+        """Id of the *kind* (``projects``...) *name*; made from *create*."""
+        _s, _h, body = self.keystone('GET', '/%s?name=%s' % (kind, name),
+                                     token=token)
+        found = body[kind]
+        if found:
+            return found[0]['id']
+        _s, _h, body = self.keystone('POST', '/' + kind,
+                                     {kind[:-1]: create}, token=token)
+        return body[kind[:-1]]['id']
+
+    def _keystone_accounts(self):
+        """Service project, cinder user and roles, catalog; idempotent."""
+        token = self.keystone_token()
+        find = functools.partial(self._keystone_find, token)
+        default = {'domain_id': 'default'}
+        service = find('projects', 'service', dict(default, name='service'))
+        admin_project = find('projects', 'admin', None)
+        cinder = find('users', 'cinder', dict(
+            default, name='cinder', default_project_id=service,
+            password=self._secrets()['cinder_password']))
+        for role in ('admin', 'service'):
+            role_id = find('roles', role, {'name': role})
+            self.keystone('PUT', '/projects/%s/users/%s/roles/%s' % (
+                service, cinder, role_id), token=token)
+        url = 'http://%s:%d/v3/%%(project_id)s' % (
+            self.info['host'], self.info['api_port'])
+        # tempest asks for block-storage, python-cinderclient for volumev3.
+        for name, kind in (('cinder', 'block-storage'),
+                           ('cinderv3', 'volumev3')):
+            svc = find('services', name, {'name': name, 'type': kind})
+            _s, _h, body = self.keystone(
+                'GET', '/endpoints?service_id=%s&interface=public' % svc,
+                token=token)
+            if not body['endpoints']:
+                self.keystone('POST', '/endpoints', {'endpoint': {
+                    'service_id': svc, 'interface': 'public', 'url': url,
+                    'region_id': REGION}}, token=token)
+        if self.info.get('project_id') != admin_project:
+            self.info['project_id'] = admin_project
+            with open(self.info_path, 'w') as f:
+                json.dump(self.info, f, indent=1)
+        self._write_openrc()
+
+    def openrc_path(self, user='admin'):
+        """The client credentials of *user* (admin, or the service user)."""
+        return os.path.join(self.dir, 'openrc' if user == 'admin' else
+                            'openrc-' + user)
+
+    def _write_openrc(self):
+        """The admin's credentials for clients, mode 0600; never printed."""
+        values = [('OS_AUTH_TYPE', 'password'),
+                  ('OS_AUTH_URL', self.keystone_url() + '/v3'),
+                  ('OS_USERNAME', 'admin'),
+                  ('OS_PASSWORD', self._secrets()['admin_password']),
+                  ('OS_PROJECT_NAME', 'admin'),
+                  ('OS_USER_DOMAIN_NAME', 'Default'),
+                  ('OS_PROJECT_DOMAIN_NAME', 'Default'),
+                  ('OS_REGION_NAME', REGION),
+                  ('OS_IDENTITY_API_VERSION', '3'),
+                  ('OS_VOLUME_API_VERSION', CLIENT_API_VERSION)]
+        _write(self.openrc_path(), ''.join(
+            'export %s=%s\n' % kv for kv in values))
+        # The cinder service user, whose token is a service token (role
+        # service): what Nova sends, and what --service-token needs.
+        service = dict(values, OS_USERNAME='cinder',
+                       OS_PASSWORD=self._secrets()['cinder_password'],
+                       OS_PROJECT_NAME='service')
+        _write(self.openrc_path('service'), ''.join(
+            'export %s=%s\n' % (k, service[k]) for k, _v in values))
+
     # -- glance ---------------------------------------------------------------
 
     def glance_url(self, info=None):
@@ -754,12 +979,7 @@ class Stack(object):
         for sub in ('images', 'staging', 'tasks', 'locks'):
             os.makedirs(os.path.join(d, sub), exist_ok=True)
         shutil.copy(paste, os.path.join(d, 'glance-api-paste.ini'))
-        if info.get('db') == 'mariadb':
-            database = ('mysql+pymysql://glance:%s@%s:%d/glance?charset='
-                        'utf8mb4' % (self._secrets()['glance_db_password'],
-                                     info['host'], info['db_port']))
-        else:
-            database = 'sqlite:///%s' % os.path.join(d, 'glance.sqlite')
+        database = self.service_database_url('glance', d)
         conf = configparser.RawConfigParser()
         conf.optionxform = str
         conf['DEFAULT'] = {
@@ -792,24 +1012,12 @@ class Stack(object):
         if proc.alive():
             return
         conf_dir, conf_path = self._write_glance_conf()
-        out = os.path.join(self.log_dir, 'glance-manage.out')
-        with open(out, 'ab') as f:
-            res = subprocess.run(
-                [self._venv_bin('glance-manage'), '--config-file', conf_path,
-                 'db', 'sync'], stdin=subprocess.DEVNULL, stdout=f,
-                stderr=subprocess.STDOUT, cwd=conf_dir, timeout=300)
-        if res.returncode:
-            raise StackError('glance-manage db sync failed; see %s%s' % (
-                out, _tail(out)))
-        info = self.info
-        env = dict(os.environ, OS_GLANCE_CONFIG_DIR=conf_dir)
-        # One worker; --no-control-socket: gunicorn's default control
-        # socket is shared by every gunicorn of the user.
-        proc.start([self._venv_bin('gunicorn'), '--workers', '1',
-                    '--threads', '4' if info.get('db') == 'mariadb' else '1',
-                    '--timeout', '180', '--no-control-socket',
-                    '--bind', '%s:%d' % (info['host'], info['glance_port']),
-                    'glance.wsgi.api:application'], env=env, cwd=conf_dir)
+        self._manage('glance-manage', [self._venv_bin('glance-manage'),
+                                       '--config-file', conf_path, 'db',
+                                       'sync'], cwd=conf_dir)
+        self._gunicorn(proc, 'glance.wsgi.api:application',
+                       self.info['glance_port'],
+                       {'OS_GLANCE_CONFIG_DIR': conf_dir}, conf_dir)
         wait_for(self.glance_answers, self.s.timeout, 'glance-api', proc)
 
     def etcd_url(self, info=None):
@@ -948,6 +1156,19 @@ class Stack(object):
         conf['oslo_concurrency'] = {'lock_path': os.path.join(c, 'locks')}
         conf['coordination'] = {'backend_url': self.coordination_url()}
         conf['keystone_authtoken'] = {'service_token_roles': 'service'}
+        if info.get('keystone'):
+            conf['DEFAULT']['auth_strategy'] = 'keystone'
+            conf['keystone_authtoken'].update({
+                'www_authenticate_uri': self.keystone_url() + '/v3',
+                'auth_url': self.keystone_url() + '/v3',
+                'auth_type': 'password',
+                'username': 'cinder',
+                'password': self._secrets()['cinder_password'],
+                'project_name': 'service',
+                'user_domain_name': 'Default',
+                'project_domain_name': 'Default',
+                'region_name': REGION,
+                'service_token_roles_required': 'True'})
         # Privileged calls (tgtadm, os-brick) go through oslo.privsep; this
         # runs as root, so the helper needs no sudo/rootwrap in front.
         helper = '%s --config-file %s' % (
@@ -1043,12 +1264,20 @@ class Stack(object):
         return 'http://%s:%d/v3/%s' % (info['host'], info['api_port'],
                                        info['project_id'])
 
-    def api(self, method, path, body=None, version='3.0', timeout=10):
+    def auth_token(self):
+        """noauth's ``admin:PROJECT``, or a Keystone token of the admin."""
         info = self.info
+        if not info.get('keystone'):
+            return 'admin:%s' % info['project_id']
+        if not getattr(self, '_token', None):
+            self._token = self.keystone_token()
+        return self._token
+
+    def api(self, method, path, body=None, version='3.0', timeout=10):
         req = urllib.request.Request(
             self.api_url() + path, method=method,
             data=json.dumps(body).encode() if body is not None else None,
-            headers={'X-Auth-Token': 'admin:%s' % info['project_id'],
+            headers={'X-Auth-Token': self.auth_token(),
                      'Content-Type': 'application/json',
                      'OpenStack-API-Version': 'volume %s' % version})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -1127,20 +1356,28 @@ class Stack(object):
     # -- output -------------------------------------------------------------
 
     def client_env(self, info=None):
+        """The client's variables; with Keystone, none (see openrc)."""
         info = info or self.info
+        if info.get('keystone'):
+            return []
         return [('OS_AUTH_TYPE', 'noauth'),
                 ('CINDER_ENDPOINT', self.api_url(info)),
                 ('OS_PROJECT_ID', info['project_id']),
                 ('OS_USER_ID', 'admin'),
                 ('OS_VOLUME_API_VERSION', CLIENT_API_VERSION)]
 
+    def _client_prefix(self):
+        """What goes before a client: noauth's variables, or the openrc."""
+        if self.info.get('keystone'):
+            return '. %s &&' % self.openrc_path()
+        return ' '.join('%s=%s' % kv for kv in self.client_env())
+
     def client_command(self, args='create 1'):
-        env = ' '.join('%s=%s' % kv for kv in self.client_env())
-        return '%s %s %s' % (env, os.path.join(self.info['venv'], 'bin',
-                                               'cinder'), args)
+        return '%s %s %s' % (self._client_prefix(), os.path.join(
+            self.info['venv'], 'bin', 'cinder'), args)
 
     def manage_command(self, args):
-        env = ' '.join('%s=%s' % kv for kv in self.client_env())
+        env = self._client_prefix()
         script = os.path.join(self.info['venv'], 'bin', 'cinder-forcedetach')
         if not os.path.exists(script):
             script = '%s -m cinder_forcedetach.cmd.manage' % os.path.join(
@@ -1151,8 +1388,11 @@ class Stack(object):
         info, procs = self.info, self.procs()
         lines = [
             'Cinder is up (state directory %s)' % self.dir,
-            '  API        %s   (auth_strategy noauth, project %s)' % (
-                self.api_url(), info['project_id']),
+            '  API        %s   (%s, project %s)' % (
+                self.api_url(), 'keystone %s/v3, credentials in %s' % (
+                    self.keystone_url(), self.openrc_path())
+                if info.get('keystone') else 'auth_strategy noauth',
+                info['project_id']),
             '  rabbitmq   %s:%d, pid %s' % (info['host'], info['rabbit_port'],
                                             procs['rabbitmq'].pid),
             '  tgtd       iSCSI portal %s:%d, control port %d, pid %s' % (
@@ -1186,6 +1426,10 @@ class Stack(object):
         if info.get('coordination') == 'etcd':
             extra.append('  etcd       %s, pid %s (tooz locks)' % (
                 self.etcd_url(), procs['etcd'].pid))
+        if info.get('keystone'):
+            extra.append('  keystone   %s/v3, pid %s (users admin, cinder; '
+                         'region %s)' % (self.keystone_url(),
+                                         procs['keystone-api'].pid, REGION))
         if info.get('glance'):
             extra.append('  glance     %s/v2, pid %s (no auth, file store)'
                          % (self.glance_url(), procs['glance-api'].pid))
@@ -1288,6 +1532,10 @@ class Stack(object):
             elif name == 'mariadb' and alive:
                 detail = 'mysql %s:%d, database cinder' % (
                     info['host'], info['db_port'])
+            elif name == 'keystone-api' and alive:
+                detail = '%s/v3 %s' % (self.keystone_url(info), 'answers' if
+                                       self.keystone_answers() else
+                                       'NOT answering')
             elif name == 'glance-api' and alive:
                 detail = '%s %s' % (self.glance_url(info), 'answers' if
                                     self.glance_answers() else
@@ -1338,6 +1586,8 @@ class Stack(object):
             raise StackError('no stack in %s' % self.dir)
         for key, value in self.client_env():
             sys.stdout.write('export %s=%s\n' % (key, value))
+        if self.info.get('keystone'):
+            sys.stdout.write('. %s\n' % self.openrc_path())
         sys.stdout.write('export PATH=%s:"$PATH"\n' % os.path.join(
             self.info['venv'], 'bin'))
         return 0
@@ -1409,7 +1659,7 @@ def build_parser():
     up.add_argument('--host')
     for opt in ('api-port', 'rabbit-port', 'epmd-port', 'iscsi-port',
                 'tgt-control-port', 'ceph-mon-port', 'db-port', 'etcd-port',
-                'glance-port', 'timeout'):
+                'glance-port', 'keystone-port', 'timeout'):
         up.add_argument('--' + opt, type=int)
     up.add_argument('--db', choices=DB_KINDS,
                     help='the database of every service [sqlite]')
@@ -1419,6 +1669,9 @@ def build_parser():
     up.add_argument('--volume-services', type=int, metavar='N',
                     help='cinder-volume processes; several form one '
                          'cluster (active-active) [1]')
+    up.add_argument('--keystone', action='store_true',
+                    help='Keystone auth (a project-started keystone-api) '
+                         'instead of noauth')
     up.add_argument('--glance', action='store_true',
                     help='also run glance-api (no auth, file store)')
     up.add_argument('--backends', help='NAME[=DRIVER],...; DRIVER: tgt, '

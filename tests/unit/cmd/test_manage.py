@@ -66,6 +66,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                                  (404, None))
         self._reply(status, answer)
 
+    def do_DELETE(self):
+        self.server.seen.append(('DELETE', self.path, dict(self.headers),
+                                 None))
+        status, answer = self.server.answers.get(('DELETE', self.path),
+                                                 (404, None))
+        self._reply(status, answer)
+
 
 class ManageTestCase(testtools.TestCase):
 
@@ -144,6 +151,26 @@ class ManageTestCase(testtools.TestCase):
         self.assertIn('--all-hosts', err)
         self.assertEqual([], self.posts())
 
+    def test_all_hosts_of_several_deletes_each_attachment(self):
+        """Cinder refuses an os-force_detach naming no host of several."""
+        self.answer('GET', '/volumes/%s' % VOL, 200, {'volume': {
+            'id': VOL, 'status': 'in-use',
+            'attachments': [{'attachment_id': 'a'},
+                            {'attachment_id': 'b'}]}})
+        self.answer('DELETE', '/attachments/a', 200, {})
+        self.answer('DELETE', '/attachments/b', 404,
+                    {'itemNotFound': {'message': 'gone'}})   # a re-run
+        code, out, err = self.cli('--format', 'json', 'volume',
+                                  'force-detach', VOL, '--all-hosts')
+        self.assertEqual(0, code, err)
+        self.assertEqual([('DELETE', '/v3/%s/attachments/a' % PROJECT),
+                          ('DELETE', '/v3/%s/attachments/b' % PROJECT)],
+                         [s[:2] for s in self.httpd.seen
+                          if s[0] == 'DELETE'])
+        self.assertEqual([], self.posts())
+        self.assertIn('one attachment delete each',
+                      json.loads(out)['result'])
+
     def test_rerun_of_a_finished_force_detach_is_a_success(self):
         """Cinder answers 409 to a volume it already detached."""
         self.answer('POST', '/volumes/%s/action' % VOL, 409,
@@ -192,6 +219,8 @@ class ManageTestCase(testtools.TestCase):
                  (409, errors.EXIT_CONFLICT),
                  (500, errors.EXIT_BACKEND),
                  (403, errors.EXIT_USAGE)]
+        self.answer('GET', '/volumes/%s' % VOL, 200, {'volume': {
+            'id': VOL, 'status': 'in-use', 'attachments': []}})
         for status, expected in cases:
             self.answer('POST', '/volumes/%s/action' % VOL, status,
                         {'err': {'message': 'status %d' % status}})

@@ -1,0 +1,174 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The box with Keystone: Cinder's guards and service tokens as in a cloud.
+
+``tools/stack.sh up --keystone``: a real keystone-api (PyPI keystone, fernet
+tokens), cinder-api behind keystonemiddleware, the ``cinder`` service user
+with the ``service`` role.  The printed client commands authenticate through
+``STATE/openrc``; no password is printed or logged.
+
+On a volume two hosts attach, Cinder's bug-2004555 guard refuses an admin's
+os-force_detach (409: only a service may detach what Nova may still use);
+the admin's own token sent as a service token is refused too (no
+``service`` role); the service user's token (what Nova sends) passes, and
+our teardown revokes exactly the host that leaves.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import testtools
+
+from cinder_forcedetach.tools import stack as stack_mod
+from tests import fakes
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
+IQN = 'iqn.2026-11.org.cinder-forcedetach.keystone:'
+
+
+class KeystoneBoxTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super(KeystoneBoxTestCase, self).setUp()
+        self.state = tempfile.mkdtemp(prefix='cfd-keystone-')
+        api, rabbit, epmd, iscsi, keystone = fakes.free_tcp_ports(
+            5, span=2, below_ephemeral=True)
+        self.env = dict(os.environ)
+        for var in list(self.env):
+            if var.startswith('OS_') or var.startswith('CINDER'):
+                del self.env[var]
+        self.env.update({
+            'STACK_DIR': self.state, 'STACK_KEYSTONE': '1',
+            'STACK_API_PORT': str(api), 'STACK_RABBIT_PORT': str(rabbit),
+            'STACK_EPMD_PORT': str(epmd), 'STACK_ISCSI_PORT': str(iscsi),
+            'STACK_KEYSTONE_PORT': str(keystone),
+            'STACK_TGT_CONTROL_PORT': str(fakes.free_tgtd_control_port()),
+        })
+        self.outputs = []
+        self.addCleanup(shutil.rmtree, self.state, True)
+        self.addCleanup(self.stack, 'down')
+
+    def stack(self, *args):
+        res = subprocess.run([STACK_SH] + list(args), env=self.env,
+                             capture_output=True, text=True, timeout=900)
+        self.outputs.append(res.stdout + res.stderr)
+        return res
+
+    def shell(self, command):
+        """A printed command line, as a user pastes it."""
+        res = subprocess.run(['bash', '-c', command], env=self.env,
+                             capture_output=True, text=True, timeout=300)
+        self.outputs.append(res.stdout + res.stderr)
+        return res
+
+    def acls(self, volume_id):
+        info = json.load(open(os.path.join(self.state, 'stack.json')))
+        out = stack_mod.tgtadm(info['tgt_control_port'], '--op', 'show',
+                               '--mode', 'target').stdout
+        block = out.split('volume-' + volume_id, 1)[1].split('\nTarget ')[0]
+        return set(re.findall(r'^\s+(iqn\.\S+)$',
+                              block.split('ACL information:')[1], re.M))
+
+    def test_guards_and_service_tokens(self):
+        up = self.stack('up')
+        self.assertEqual(0, up.returncode, up.stderr[-3000:])
+        lines = up.stdout.splitlines()
+        create = lines[lines.index('Create a volume:') + 1].strip()
+        force = lines[lines.index('Force-detach it from every host:') +
+                      1].strip()
+        openrc = os.path.join(self.state, 'openrc')
+        self.assertTrue(create.startswith('. %s && ' % openrc), create)
+        self.assertEqual(0o600, os.stat(openrc).st_mode & 0o777)
+        cinder = create.split(' && ')[1].split()[0]
+        manage = force.split(' volume force-detach')[0]
+        service = manage.replace(openrc, openrc + '-service')
+
+        created = self.shell(create.replace(
+            'create 1', 'create --volume-type multiattach 1'))
+        self.assertEqual(0, created.returncode, created.stderr)
+        vol = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|', created.stdout,
+                        re.M).group(1)
+        self.wait_status(openrc, cinder, vol, 'available')
+        attachments = {}
+        for host in ('k1', 'k2'):
+            made = self.shell(
+                '. %s && %s attachment-create --connect True --initiator %s '
+                '--ip 127.0.0.1 --host %s --platform x86_64 --ostype linux '
+                '%s' % (openrc, cinder, IQN + host, host, vol))
+            self.assertEqual(0, made.returncode, made.stderr)
+            att = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|', made.stdout,
+                            re.M).group(1)
+            done = self.shell('. %s && %s attachment-complete %s' % (
+                openrc, cinder, att))
+            self.assertEqual(0, done.returncode, done.stderr)
+            attachments[host] = att
+        self.wait_status(openrc, cinder, vol, 'in-use')
+        self.assertEqual({IQN + 'k1', IQN + 'k2'}, self.acls(vol))
+        one_host = ' volume force-detach %s --attachment %s --connector ' \
+                   "'%s'" % (vol, attachments['k1'], json.dumps(
+                       {'host': 'k1', 'initiator': IQN + 'k1'}))
+
+        # The admin: Cinder's guard (a 409, not a 500), nothing torn down.
+        refused = self.shell(manage + one_host)
+        self.assertEqual(3, refused.returncode, refused.stderr)
+        self.assertIn('HTTP 409', refused.stderr)
+        self.assertEqual({IQN + 'k1', IQN + 'k2'}, self.acls(vol))
+        # The admin's token as a service token: no service role, refused.
+        posing = self.shell(manage.replace('cinder-forcedetach',
+                                           'cinder-forcedetach '
+                                           '--service-token') + one_host)
+        self.assertNotEqual(0, posing.returncode, posing.stdout)
+        self.assertEqual({IQN + 'k1', IQN + 'k2'}, self.acls(vol))
+
+        # The service user's token: host k1 leaves, k2 keeps its access.
+        detached = self.shell(service.replace(
+            'cinder-forcedetach', 'cinder-forcedetach --service-token') +
+            one_host)
+        self.assertEqual(0, detached.returncode, detached.stderr)
+        self.assertEqual({IQN + 'k2'}, self.acls(vol))
+        self.wait_status(openrc, cinder, vol, 'in-use')
+
+        # Every host, as printed (the last attachment: no guard left).
+        last = self.shell(force.replace('VOLUME_ID', vol))
+        self.assertEqual(0, last.returncode, last.stderr)
+        self.wait_status(openrc, cinder, vol, 'available')
+        info = json.load(open(os.path.join(self.state, 'stack.json')))
+        self.assertNotIn('volume-' + vol, stack_mod.tgtadm(
+            info['tgt_control_port'], '--op', 'show', '--mode',
+            'target').stdout)
+
+        with open(os.path.join(self.state, 'secrets.json')) as f:
+            secrets = [v for v in json.load(f).values() if len(v) >= 16]
+        texts = ['\n'.join(self.outputs)]
+        for name in os.listdir(os.path.join(self.state, 'logs')):
+            with open(os.path.join(self.state, 'logs', name),
+                      errors='replace') as f:
+                texts.append(f.read())
+        self.assertEqual([], [s[:3] + '...' for s in secrets
+                              if any(s in t for t in texts)])
+
+    def wait_status(self, openrc, cinder, vol, status):
+        for _ in range(120):
+            shown = self.shell('. %s && %s show %s' % (openrc, cinder, vol))
+            found = re.search(r'^\|\s+status\s+\|\s+(\S+)', shown.stdout,
+                              re.M)
+            if found and found.group(1) == status:
+                return
+            subprocess.run(['sleep', '0.5'])
+        self.fail('volume %s never %s: %s' % (vol, status, shown.stdout))
