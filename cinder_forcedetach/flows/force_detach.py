@@ -68,6 +68,8 @@ from cinder import rpc
 from cinder.volume import volume_utils
 from oslo_log import log as logging
 import taskflow.engines
+from taskflow import formatters
+from taskflow.listeners import logging as logging_listener
 from taskflow.patterns import linear_flow
 import tooz
 from tooz.drivers import etcd3gw as tooz_etcd3gw
@@ -421,10 +423,21 @@ def get_flow(driver, reset_database=True):
     return flow
 
 
+#: Flow inputs a failure's log must not print: a Volume's repr holds its
+#: provider_auth (the CHAP password), an attachment's its connection_info
+#: (the same password), a context its token.
+SECRET_INPUTS = ('volume', 'context', 'detaching', 'remaining')
+
+
 def _run(flow, volume, store):
     engine = taskflow.engines.load(flow, engine='serial', store=store)
+    # Cinder's DynamicLogListener, but a failure's report of the earlier
+    # steps (their inputs) masks the SECRET_INPUTS.
+    listener = logging_listener.DynamicLoggingListener(
+        engine, log=LOG, fail_formatter=formatters.FailureFormatter(
+            engine, mask_inputs_keys=SECRET_INPUTS))
     try:
-        with flow_utils.DynamicLogListener(engine, logger=LOG):
+        with listener:
             engine.run()
     except (exception.Invalid, exception.NotFound,
             exception.InvalidConnectorException):

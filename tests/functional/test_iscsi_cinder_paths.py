@@ -32,6 +32,7 @@ from cinder.tests.functional.api import client
 import fixtures
 from oslo_utils import units
 
+from cinder_forcedetach import exception as fd_exception
 from tests import fakes
 from tests.functional import base
 
@@ -166,13 +167,8 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.assertEqual([att_2['id']],
                          [a['attachment_id'] for a in vol['attachments']])
 
-    def test_chap_password_never_logged(self):
-        """Not by us, nor by the commands we run, nor by os-brick.
-
-        (At DEBUG, oslo.policy itself logs whole volume objects, with
-        provider_auth, on policy checks: that is upstream's, and the
-        reason deployments do not run cinder-api with debug on.)
-        """
+    def debug_records(self):
+        """(logger name, message) of every record, DEBUG and up."""
         records = []
         handler = logging.Handler(level=logging.DEBUG)
         handler.emit = lambda record: records.append(
@@ -184,6 +180,16 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         # isEnabledFor answers.
         self.addCleanup(root.setLevel, root.level)
         root.setLevel(logging.DEBUG)
+        return records
+
+    def test_chap_password_never_logged(self):
+        """Not by us, nor by the commands we run, nor by os-brick.
+
+        (At DEBUG, oslo.policy itself logs whole volume objects, with
+        provider_auth, on policy checks: that is upstream's, and the
+        reason deployments do not run cinder-api with debug on.)
+        """
+        records = self.debug_records()
         vol = self.create_volume()
         att, info = self.attach(vol['id'], 'compute1')
         self.login(info, 'compute1')
@@ -196,6 +202,29 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.assertTrue(any('Attachments(%s)' % att['id'] in m
                             for m in ours), ours)
         self.assertEqual([], [m for m in ours if info["auth_password"] in m])
+
+    def test_chap_password_not_in_a_failed_step_report(self):
+        """A step that fails after others: taskflow reports their inputs.
+
+        The volume and the attachments (whose reprs hold provider_auth and
+        connection_info) are masked in it.
+        """
+        records = self.debug_records()
+        vol = self.create_volume()
+        _att, info = self.attach(vol['id'], 'compute1')
+        self.useFixture(fixtures.MockPatchObject(
+            self.driver, 'fence_clients', side_effect=RuntimeError('down')))
+        self.assertRaises(fd_exception.ForceDetachFailed,
+                          self.driver.force_detach, self.ctxt,
+                          self.db_volume(vol['id']))
+        report = [m for _n, m in records if 'predecessors' in m]
+        self.assertNotEqual([], report, 'no failure report was logged')
+        self.assertIn("'volume': '***'", report[0])
+        self.assertIn("'detaching': '***'", report[0])
+        # (oslo.policy's own DEBUG lines: see the test above.)
+        self.assertEqual([], [m for n, m in records
+                              if info['auth_password'] in m and
+                              not n.startswith('oslo_policy')])
 
 
 class LocalHostDisconnectTestCase(base.CinderTgtTestCase):
