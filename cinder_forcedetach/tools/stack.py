@@ -1144,6 +1144,10 @@ class Stack(object):
             # after this many seconds instead of oslo.service's 60.
             'graceful_shutdown_timeout': '5',
             'api_paste_config': paste,
+            # Without it Cinder reads /etc/cinder/resource_filters.json and,
+            # that absent, ignores the API's ?name= and other filters.
+            'resource_query_filters_file': os.path.join(
+                venv, 'etc', 'cinder', 'resource_filters.json'),
             'enabled_backends': ','.join(n for n, _d in info['backends']),
             'rootwrap_config': os.path.join(venv, 'etc', 'cinder',
                                             'rootwrap.conf'),
