@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # README's test command: installs what is missing, then runs pep8, the unit
 # tests, upstream Cinder's own driver tests against our drop-in drivers
-# (tests/upstream) and the functional tests (real Cinder services
-# in-process, real tgtd, live qemu-io initiators, real single-node Ceph).
+# (tests/upstream), the functional tests (real Cinder services
+# in-process, real tgtd, live qemu-io initiators, real single-node Ceph)
+# and real tempest (tempest.api.volume against the box with keystone,
+# glance and MariaDB: tools/run_tempest.py).
 # Prints one closing line
 #     tests: N passed, N failed, N skipped[; pep8: FAILED]
+#            [; tempest: ran N, passed P, skipped S, failed F]
 # and exits non-zero when pep8 failed, a test failed, a test run could not
 # run (e.g. an import error during discovery: counted as 1 failure), or a
 # test was skipped (set ALLOW_SKIPS=1 to accept skips).
@@ -18,6 +21,8 @@
 # Environment:
 #   ALLOW_SKIPS=1            skipped tests do not fail the run
 #   SKIP_PEP8=1              do not run flake8 (the closing line says so)
+#   SKIP_TEMPEST=1           do not run tempest (the closing line says so;
+#                            a stestr filter skips it too)
 #   UNIT_TEST_PATH           default ./tests/unit
 #   UPSTREAM_TEST_PATH       default ./tests/upstream
 #   FUNCTIONAL_TEST_PATH     default ./tests/functional
@@ -146,6 +151,26 @@ echo "== functional tests"
 run_stestr functional "$FUNCTIONAL_TEST_PATH" \
     --concurrency "${FUNCTIONAL_CONCURRENCY:-2}" "$@"
 
+tempest=""
+if [ -f tools/run_tempest.py ]; then
+    if [ "${SKIP_TEMPEST:-0}" = 1 ] || [ $# -gt 0 ]; then
+        echo "== tempest: not run (SKIP_TEMPEST=1 or a test filter)"
+        tempest="; tempest: not run"
+    else
+        echo "== tempest (tempest.api.volume on the box: keystone, glance," \
+             "MariaDB, our tgt driver)"
+        python tools/run_tempest.py | tee "$work/tempest.out"
+        tempest_rc=${PIPESTATUS[0]}
+        line=$(grep '^tempest: ran' "$work/tempest.out" | tail -n 1)
+        tempest="; ${line%% (*}"
+        if [ "$tempest_rc" -ne 0 ] || [ -z "$line" ]; then
+            echo "tempest: FAILED (exit $tempest_rc)"
+            tempest="${line:+; ${line%% (*}}; tempest: FAILED"
+            rc=1
+        fi
+    fi
+fi
+
 if [ "$skipped" -gt 0 ]; then
     if [ "${ALLOW_SKIPS:-0}" = 1 ]; then
         echo "skipped: $skipped test(s), allowed by ALLOW_SKIPS=1:"
@@ -163,5 +188,5 @@ if [ "$xfailed" -gt 0 ]; then
     echo "expected failures: $xfailed upstream test(s), counted as passed," \
          "each listed with its reason in tests/upstream/differences.txt"
 fi
-echo "tests: $passed passed, $failed failed, $skipped skipped$pep8"
+echo "tests: $passed passed, $failed failed, $skipped skipped$pep8$tempest"
 exit $rc

@@ -137,7 +137,7 @@ EXIT_DOWN = 3
 #: Passwords kept in STATE/secrets.json besides the broker's.
 SECRET_PASSWORDS = ('db_password', 'glance_db_password',
                     'keystone_db_password', 'admin_password',
-                    'cinder_password')
+                    'cinder_password', 'glance_password')
 REGION = 'RegionOne'
 
 
@@ -901,18 +901,23 @@ class Stack(object):
         default = {'domain_id': 'default'}
         service = find('projects', 'service', dict(default, name='service'))
         admin_project = find('projects', 'admin', None)
-        cinder = find('users', 'cinder', dict(
-            default, name='cinder', default_project_id=service,
-            password=self._secrets()['cinder_password']))
-        for role in ('admin', 'service'):
-            role_id = find('roles', role, {'name': role})
-            self.keystone('PUT', '/projects/%s/users/%s/roles/%s' % (
-                service, cinder, role_id), token=token)
+        roles = [find('roles', role, {'name': role})
+                 for role in ('admin', 'service')]
+        for user in ('cinder', 'glance'):
+            user_id = find('users', user, dict(
+                default, name=user, default_project_id=service,
+                password=self._secrets()[user + '_password']))
+            for role_id in roles:
+                self.keystone('PUT', '/projects/%s/users/%s/roles/%s' % (
+                    service, user_id, role_id), token=token)
         url = 'http://%s:%d/v3/%%(project_id)s' % (
             self.info['host'], self.info['api_port'])
         # tempest asks for block-storage, python-cinderclient for volumev3.
-        for name, kind in (('cinder', 'block-storage'),
-                           ('cinderv3', 'volumev3')):
+        catalog = [('cinder', 'block-storage', url),
+                   ('cinderv3', 'volumev3', url)]
+        if self.info.get('glance'):
+            catalog.append(('glance', 'image', self.glance_url()))
+        for name, kind, url in catalog:
             svc = find('services', name, {'name': name, 'type': kind})
             _s, _h, body = self.keystone(
                 'GET', '/endpoints?service_id=%s&interface=public' % svc,
@@ -931,6 +936,15 @@ class Stack(object):
         """The client credentials of *user* (admin, or the service user)."""
         return os.path.join(self.dir, 'openrc' if user == 'admin' else
                             'openrc-' + user)
+
+    def authtoken_section(self, user):
+        """``[keystone_authtoken]`` of a service whose user is *user*."""
+        return {'www_authenticate_uri': self.keystone_url() + '/v3',
+                'auth_url': self.keystone_url() + '/v3',
+                'auth_type': 'password', 'username': user,
+                'password': self._secrets()[user + '_password'],
+                'project_name': 'service', 'user_domain_name': 'Default',
+                'project_domain_name': 'Default', 'region_name': REGION}
 
     def _write_openrc(self):
         """The admin's credentials for clients, mode 0600; never printed."""
@@ -996,11 +1010,15 @@ class Stack(object):
             conf['os_glance_%s_store' % store] = {
                 'filesystem_store_datadir': os.path.join(d, store)}
         conf['oslo_concurrency'] = {'lock_path': os.path.join(d, 'locks')}
-        # No keystone here: Glance's unauthenticated-context pipeline, and
-        # its legacy policies (the new ones want a project in the token).
-        conf['paste_deploy'] = {'flavor': ''}
-        conf['oslo_policy'] = {'enforce_new_defaults': 'False',
-                               'enforce_scope': 'False'}
+        if info.get('keystone'):
+            conf['paste_deploy'] = {'flavor': 'keystone'}
+            conf['keystone_authtoken'] = self.authtoken_section('glance')
+        else:
+            # No keystone: Glance's unauthenticated-context pipeline, and
+            # its legacy policies (the new ones want a project in a token).
+            conf['paste_deploy'] = {'flavor': ''}
+            conf['oslo_policy'] = {'enforce_new_defaults': 'False',
+                                   'enforce_scope': 'False'}
         path = os.path.join(d, 'glance-api.conf')
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, 'w') as f:
@@ -1162,17 +1180,9 @@ class Stack(object):
         conf['keystone_authtoken'] = {'service_token_roles': 'service'}
         if info.get('keystone'):
             conf['DEFAULT']['auth_strategy'] = 'keystone'
-            conf['keystone_authtoken'].update({
-                'www_authenticate_uri': self.keystone_url() + '/v3',
-                'auth_url': self.keystone_url() + '/v3',
-                'auth_type': 'password',
-                'username': 'cinder',
-                'password': self._secrets()['cinder_password'],
-                'project_name': 'service',
-                'user_domain_name': 'Default',
-                'project_domain_name': 'Default',
-                'region_name': REGION,
-                'service_token_roles_required': 'True'})
+            conf['keystone_authtoken'].update(
+                self.authtoken_section('cinder'),
+                service_token_roles_required='True')
         # Privileged calls (tgtadm, os-brick) go through oslo.privsep; this
         # runs as root, so the helper needs no sudo/rootwrap in front.
         helper = '%s --config-file %s' % (

@@ -1,0 +1,212 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Real tempest against the box: ``tempest.api.volume`` on our drivers.
+
+Starts ``tools/stack.sh up --keystone --glance --db mariadb`` in its own
+state directory (unless ``--state-dir`` names a running box with both),
+uploads a small raw image through Glance, writes a tempest workspace there
+(``tempest init``, a ``tempest.conf`` made from the box: the admin account
+for dynamic credentials, the block-storage and image catalog entries, that
+image as ``image_ref``, every other service off), and runs::
+
+    tempest run --regex REGEX --exclude-list tools/tempest-exclude.txt
+
+Every excluded test is listed with its reason in
+``tools/tempest-exclude.txt``, every test tempest skips in
+``tools/tempest-skips.txt``.  Prints tempest's summary and one line::
+
+    tempest: ran N, passed P, skipped S, failed F (SECONDS s)
+
+and exits 0 only with no failure and no skip missing from the list.  The
+box is stopped at the end unless ``--keep`` (or ``--state-dir`` was
+given).
+
+Usage (from the repository root)::
+
+    .venv/bin/python tools/run_tempest.py [--regex '^tempest\\.api\\.volume']
+        [--concurrency 2] [--state-dir DIR] [--keep]
+"""
+
+import argparse
+import configparser
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from cinder_forcedetach.tools import stack as stack_mod  # noqa: E402
+from tests import fakes  # noqa: E402
+
+STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
+EXCLUDE = os.path.join(REPO, 'tools', 'tempest-exclude.txt')
+SKIPS = os.path.join(REPO, 'tools', 'tempest-skips.txt')
+SKIP_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?)(?:\[\S*\])?)'
+                       r'(?: \[[\d.]+s\])? \.\.\. SKIPPED', re.MULTILINE)
+DEFAULT_REGEX = r'^tempest\.api\.volume'
+
+
+def box_env(state):
+    """The environment of a fresh box on free loopback ports."""
+    api, rabbit, epmd, iscsi, db, keystone, glance = fakes.free_tcp_ports(
+        7, span=2, below_ephemeral=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('OS_', 'CINDER'))}
+    env.update({
+        'STACK_DIR': state, 'STACK_KEYSTONE': '1', 'STACK_GLANCE': '1',
+        'STACK_DB': 'mariadb', 'STACK_GLANCE_PORT': str(glance),
+        'STACK_API_PORT': str(api), 'STACK_RABBIT_PORT': str(rabbit),
+        'STACK_EPMD_PORT': str(epmd), 'STACK_ISCSI_PORT': str(iscsi),
+        'STACK_DB_PORT': str(db), 'STACK_KEYSTONE_PORT': str(keystone),
+        'STACK_TGT_CONTROL_PORT': str(fakes.free_tgtd_control_port()),
+    })
+    return env
+
+
+def upload_image(box):
+    """A public 1 MiB raw image in the box's Glance, as the admin."""
+    token = box.keystone_token()
+    images = box.glance_url() + '/v2/images'
+    req = urllib.request.Request(images, method='POST', data=json.dumps({
+        'name': 'cfd-tempest', 'disk_format': 'raw',
+        'container_format': 'bare', 'visibility': 'public'}).encode(),
+        headers={'Content-Type': 'application/json', 'X-Auth-Token': token})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        image_id = json.loads(resp.read())['id']
+    req = urllib.request.Request(
+        '%s/%s/file' % (images, image_id), method='PUT',
+        data=os.urandom(1 << 20), headers={
+            'Content-Type': 'application/octet-stream',
+            'X-Auth-Token': token})
+    urllib.request.urlopen(req, timeout=60).close()
+    return image_id
+
+
+def write_conf(state, workspace, image_id):
+    """tempest.conf from the running box (stack.json, secrets.json)."""
+    with open(os.path.join(state, 'stack.json')) as f:
+        info = json.load(f)
+    with open(os.path.join(state, 'secrets.json')) as f:
+        password = json.load(f)['admin_password']
+    keystone = 'http://%s:%d/v3' % (info['host'], info['keystone_port'])
+    backends = [name for name, _driver in info['backends']]
+    conf = configparser.RawConfigParser()
+    conf['DEFAULT'] = {'log_dir': workspace, 'log_file': 'tempest.log'}
+    conf['auth'] = {
+        'admin_username': 'admin', 'admin_password': password,
+        'admin_project_name': 'admin', 'admin_domain_name': 'Default',
+        'use_dynamic_credentials': 'True',
+        'create_isolated_networks': 'False'}
+    conf['identity'] = {'uri_v3': keystone, 'auth_version': 'v3',
+                        'region': stack_mod.REGION}
+    conf['identity-feature-enabled'] = {'api_v2': 'False'}
+    conf['compute'] = {'image_ref': image_id}
+    conf['service_available'] = {
+        'cinder': 'True', 'glance': 'True', 'nova': 'False',
+        'neutron': 'False', 'swift': 'False', 'placement': 'False'}
+    conf['volume'] = {
+        'catalog_type': 'block-storage', 'region': stack_mod.REGION,
+        'storage_protocol': 'iSCSI', 'vendor_name': 'Open Source',
+        'backend_names': ','.join(backends), 'build_timeout': '180',
+        'max_microversion': 'latest'}
+    conf['volume-feature-enabled'] = {
+        'multi_backend': str(len(backends) > 1), 'backup': 'False',
+        'manage_volume': 'False', 'manage_snapshot': 'False',
+        'extend_attached_volume': 'False'}
+    path = os.path.join(workspace, 'etc', 'tempest.conf')
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, 'w') as f:
+        conf.write(f)
+    return path
+
+
+def summary(output):
+    """(ran, passed, skipped, failed) from tempest's stestr summary."""
+    def count(label):
+        found = re.search(r'^ - %s: (\d+)' % label, output, re.MULTILINE)
+        return int(found.group(1)) if found else 0
+    passed, skipped, failed = (count('Passed'), count('Skipped'),
+                               count('Failed'))
+    return passed + skipped + failed, passed, skipped, failed
+
+
+def unlisted_skips(output):
+    """Ids tempest skipped that ``tools/tempest-skips.txt`` does not give."""
+    with open(SKIPS) as f:
+        listed = {line.split('|')[0].strip() for line in f
+                  if line.strip() and not line.startswith('#')}
+    skipped = {a or b for a, b in SKIP_LINE.findall(output)}
+    return sorted(skipped - listed)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='tools/run_tempest.py')
+    parser.add_argument('--regex', default=DEFAULT_REGEX)
+    parser.add_argument('--concurrency', type=int, default=2)
+    parser.add_argument('--state-dir', help='a running --keystone box')
+    parser.add_argument('--keep', action='store_true')
+    args = parser.parse_args(argv)
+    venv_bin = os.path.join(REPO, '.venv', 'bin')
+    own_box = not args.state_dir
+    state = args.state_dir or tempfile.mkdtemp(prefix='cfd-tempest-')
+    env = box_env(state) if own_box else dict(os.environ, STACK_DIR=state)
+    try:
+        if own_box:
+            up = subprocess.run([STACK_SH, 'up'], env=env,
+                                capture_output=True, text=True, timeout=900)
+            if up.returncode:
+                sys.stderr.write(up.stderr[-3000:])
+                return 1
+        workspace = os.path.join(state, 'tempest')
+        if not os.path.isdir(workspace):
+            # Its own workspace registry: tempest refuses a second
+            # workspace of the same name in the user's one.
+            subprocess.run([os.path.join(venv_bin, 'tempest'), 'init',
+                            '--workspace-path',
+                            os.path.join(state, 'workspaces.yaml'),
+                            workspace], check=True, capture_output=True)
+        box = stack_mod.Stack(stack_mod.Settings(argparse.Namespace(
+            state_dir=state)))
+        conf = write_conf(state, workspace, upload_image(box))
+        started = time.monotonic()
+        run = subprocess.run(
+            [os.path.join(venv_bin, 'tempest'), 'run', '--config-file', conf,
+             '--regex', args.regex, '--exclude-list', EXCLUDE,
+             '--concurrency', str(args.concurrency)],
+            cwd=workspace, env=dict(env, PATH=venv_bin + ':' + env['PATH']),
+            capture_output=True, text=True)
+        seconds = time.monotonic() - started
+        sys.stdout.write(run.stdout[-20000:])
+        ran, passed, skipped, failed = summary(run.stdout)
+        unlisted = unlisted_skips(run.stdout)
+        for test_id in unlisted:
+            print('tempest: skipped, with no reason in %s: %s' % (
+                os.path.relpath(SKIPS, REPO), test_id))
+        print('tempest: ran %d, passed %d, skipped %d, failed %d (%d s)' % (
+            ran, passed, skipped, failed, seconds), flush=True)
+        return 0 if (run.returncode == 0 and not failed and ran and
+                     not unlisted) else 1
+    finally:
+        if own_box and not args.keep:
+            subprocess.run([STACK_SH, 'down', '--purge'], env=env,
+                           capture_output=True, timeout=300)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
