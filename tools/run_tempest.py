@@ -10,7 +10,9 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Real tempest against the box: ``tempest.api.volume`` on our drivers.
+"""Real tempest against the box: the volume API tests on our drivers.
+
+``tempest.api.volume`` and ``cinder_tempest_plugin.api.volume``.
 
 Starts ``tools/stack.sh up --keystone --glance --db mariadb`` in its own
 state directory (unless ``--state-dir`` names a running box with both),
@@ -19,7 +21,8 @@ uploads a small raw image through Glance, writes a tempest workspace there
 for dynamic credentials, the block-storage and image catalog entries, that
 image as ``image_ref``, every other service off), and runs::
 
-    tempest run --regex REGEX --exclude-list tools/tempest-exclude.txt
+    tempest run --regex '^(tempest|cinder_tempest_plugin)\\.api\\.volume'
+        --exclude-list tools/tempest-exclude.txt
 
 Every excluded test is listed with its reason in
 ``tools/tempest-exclude.txt``, every test tempest skips in
@@ -59,7 +62,7 @@ EXCLUDE = os.path.join(REPO, 'tools', 'tempest-exclude.txt')
 SKIPS = os.path.join(REPO, 'tools', 'tempest-skips.txt')
 SKIP_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?)(?:\[\S*\])?)'
                        r'(?: \[[\d.]+s\])? \.\.\. SKIPPED', re.MULTILINE)
-DEFAULT_REGEX = r'^tempest\.api\.volume'
+DEFAULT_REGEX = r'^(tempest|cinder_tempest_plugin)\.api\.volume'
 
 
 def box_env(state):
@@ -128,7 +131,7 @@ def write_conf(state, workspace, image_id):
     conf['volume-feature-enabled'] = {
         'multi_backend': str(len(backends) > 1), 'backup': 'False',
         'manage_volume': 'False', 'manage_snapshot': 'False',
-        'extend_attached_volume': 'False'}
+        'extend_attached_volume': 'False', 'volume_revert': 'True'}
     path = os.path.join(workspace, 'etc', 'tempest.conf')
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, 'w') as f:

@@ -92,6 +92,16 @@ class FileVolumeDriver(driver.VolumeDriver):
     def delete_snapshot(self, snapshot):
         self.store.delete(snapshot.name)
 
+    def revert_to_snapshot(self, context, volume, snapshot):
+        """Copy the snapshot over the volume, keeping the volume's size.
+
+        Cinder reverts only an ``available`` volume, which is not exported:
+        the file is replaced (copy, then rename) with no target serving it.
+        Without this Cinder falls back to its generic revert, which attaches
+        both to the volume host.
+        """
+        self.store.copy(snapshot.name, volume.name, size_gb=volume.size)
+
     def create_volume_from_snapshot(self, volume, snapshot):
         self.store.copy(snapshot.name, volume.name, size_gb=volume.size)
 

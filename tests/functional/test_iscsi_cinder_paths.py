@@ -364,6 +364,24 @@ class VolumeLifecycleTestCase(base.CinderTgtTestCase):
             time.sleep(0.1)
         self.fail('snapshot stuck creating')
 
+    def test_revert_to_snapshot_restores_the_data(self):
+        """os-revert (3.40): the driver's own revert, no host attach."""
+        vol = self.create_volume()
+        path = self.driver.local_path(self.db_volume(vol['id']))
+        with open(path, 'r+b') as f:
+            f.write(b'\x42' * 4096)
+        snap = self.wait_snapshot(self.api.post_snapshot({'snapshot': {
+            'volume_id': vol['id'], 'name': 's'}})['id'])
+        with open(path, 'r+b') as f:
+            f.write(b'\x43' * 8192)
+        self.api.api_post('/volumes/%s/action' % vol['id'],
+                          {'revert': {'snapshot_id': snap['id']}},
+                          check_response_status=[202])
+        self.wait_volume(vol['id'], ('available',))
+        with open(path, 'rb') as f:
+            self.assertEqual(b'\x42' * 4096 + bytes(4096), f.read(8192))
+        self.assertEqual(units.Gi, os.path.getsize(path))
+
     def test_lifecycle_keeps_data(self):
         vol = self.create_volume()
         path = self.driver.local_path(self.db_volume(vol['id']))
