@@ -779,18 +779,21 @@ class Stack(object):
                     '--bind', '%s:%d' % (info['host'], port), app],
                    env=dict(os.environ, **env), cwd=cwd)
 
-    def _manage(self, name, argv, env=None, cwd=None):
-        """Run a ``*-manage`` step; its output goes to LOG/NAME.out."""
+    def _manage(self, name, args, env=None, cwd=None):
+        """Run ``NAME --config-file ... ARGS`` (a ``*-manage`` step).
+
+        *args*: the config file options, then the step.  Its output goes
+        to LOG/NAME.out.
+        """
         out = os.path.join(self.log_dir, name + '.out')
         with open(out, 'ab') as f:
             res = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, stdout=f,
-                stderr=subprocess.STDOUT, cwd=cwd or self.dir, timeout=300,
-                env=dict(os.environ, **(env or {})))
+                [self._venv_bin(name)] + args, stdin=subprocess.DEVNULL,
+                stdout=f, stderr=subprocess.STDOUT, cwd=cwd or self.dir,
+                timeout=300, env=dict(os.environ, **(env or {})))
         if res.returncode:
-            raise StackError('%s failed; see %s%s' % (
-                ' '.join(os.path.basename(a) for a in argv[:1] + argv[3:4]),
-                out, _tail(out)))
+            raise StackError('%s %s failed; see %s%s' % (
+                name, ' '.join(args[2:]), out, _tail(out)))
 
     # -- keystone -------------------------------------------------------------
 
@@ -799,12 +802,7 @@ class Stack(object):
         return 'http://%s:%d' % (info['host'], info['keystone_port'])
 
     def keystone_answers(self):
-        try:
-            with urllib.request.urlopen(self.keystone_url() + '/v3',
-                                        timeout=2) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return http_ok(self.keystone_url() + '/v3')
 
     def _write_keystone_conf(self):
         d = os.path.join(self.dir, 'keystone')
@@ -836,8 +834,7 @@ class Stack(object):
     def _start_keystone(self, proc):
         if not proc.alive():
             conf_dir, conf = self._write_keystone_conf()
-            manage = [self._venv_bin('keystone-manage'), '--config-file',
-                      conf]
+            manage = ['--config-file', conf]
             for step in (['db_sync'],
                          ['fernet_setup', '--keystone-user', 'root',
                           '--keystone-group', 'root'],
@@ -975,12 +972,7 @@ class Stack(object):
         return 'http://%s:%d' % (info['host'], info['glance_port'])
 
     def glance_answers(self):
-        try:
-            with urllib.request.urlopen(self.glance_url() + '/healthcheck',
-                                        timeout=2) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return http_ok(self.glance_url() + '/healthcheck')
 
     def _write_glance_conf(self):
         info, d = self.info, os.path.join(self.dir, 'glance')
@@ -1030,8 +1022,7 @@ class Stack(object):
         if proc.alive():
             return
         conf_dir, conf_path = self._write_glance_conf()
-        self._manage('glance-manage', [self._venv_bin('glance-manage'),
-                                       '--config-file', conf_path, 'db',
+        self._manage('glance-manage', ['--config-file', conf_path, 'db',
                                        'sync'], cwd=conf_dir)
         self._gunicorn(proc, 'glance.wsgi.api:application',
                        self.info['glance_port'],
@@ -1234,15 +1225,8 @@ class Stack(object):
         return path
 
     def _db_sync(self):
-        out = os.path.join(self.log_dir, 'cinder-manage.out')
-        with open(out, 'ab') as f:
-            res = subprocess.run(
-                [self._venv_bin('cinder-manage'), '--config-file',
-                 self.conf_path, 'db', 'sync'],
-                stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                cwd=self.dir, timeout=300)
-        if res.returncode:
-            raise StackError('cinder-manage db sync failed; see %s' % out)
+        self._manage('cinder-manage', ['--config-file', self.conf_path, 'db',
+                                       'sync'])
 
     def cinder_names(self):
         return ['cinder-scheduler'] + volume_service_names(
@@ -1615,6 +1599,15 @@ def volume_service_names(count):
     if count == 1:
         return ['cinder-volume']
     return ['cinder-volume-%d' % i for i in range(1, count + 1)]
+
+
+def http_ok(url, timeout=2):
+    """Whether *url* answers 200 (a service's readiness probe)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def _which(name):

@@ -636,28 +636,34 @@ class ClusterTestCase(testtools.TestCase):
 
     # -- the lock service fails ---------------------------------------------
 
-    def test_etcd_down_force_detach_fails_clean_then_converges(self):
-        vol_id, att_id, session = self.attached_volume('cluster-h1')
-        target = self.box.target_of(vol_id)
-        rec = self.box.record('etcd')
-        os.kill(rec['pid'], signal.SIGKILL)
+    def kill_etcd(self):
+        os.kill(self.box.record('etcd')['pid'], signal.SIGKILL)
         wait(lambda: not self.box.alive('etcd'), 30, 'etcd to die')
         self.addCleanup(lambda: self.box.alive('etcd') or self.box.up())
 
-        failed = self.box.manage('volume', 'force-detach', vol_id)
+    def assert_failed_clean(self, failed, vol_id, target, session, byte):
+        """Nothing ran unlocked: the host keeps its access, Cinder agrees."""
         self.assertNotEqual(0, failed.returncode, failed.stdout)
-        # Nothing ran unlocked: the host keeps its access, Cinder agrees.
         self.assertEqual(target, self.box.target_of(vol_id))
-        self.assertTrue(session.write(0x33), session.output)
+        self.assertTrue(session.write(byte), session.output)
         self.assertEqual('in-use', self.box.volume(vol_id)['status'])
         self.assertEqual(['attached'], [a['status'] for a in
                                         self.box.attachments(vol_id)])
 
+    def assert_rerun_converges_with_etcd_back(self, vol_id, session):
         self.box.up()       # etcd back
         rerun = self.box.manage('volume', 'force-detach', vol_id)
         self.assertEqual(0, rerun.returncode, rerun.stdout + rerun.stderr)
         self.assert_detached(vol_id, session)
         self.assert_usable(vol_id)
+
+    def test_etcd_down_force_detach_fails_clean_then_converges(self):
+        vol_id, att_id, session = self.attached_volume('cluster-h1')
+        target = self.box.target_of(vol_id)
+        self.kill_etcd()
+        failed = self.box.manage('volume', 'force-detach', vol_id)
+        self.assert_failed_clean(failed, vol_id, target, session, 0x33)
+        self.assert_rerun_converges_with_etcd_back(vol_id, session)
 
     def test_etcd_stops_mid_flow_nothing_runs_unlocked(self):
         """etcd dies while a force-detach holds the volume's lock.
@@ -680,30 +686,17 @@ class ClusterTestCase(testtools.TestCase):
         first.start()
         wait(lambda: glob.glob(os.path.join(faults, 'paused.*')), 120,
              'a volume service to pause after RecordTeardownTask')
-        rec = self.box.record('etcd')
-        os.kill(rec['pid'], signal.SIGKILL)
-        wait(lambda: not self.box.alive('etcd'), 30, 'etcd to die')
-        self.addCleanup(lambda: self.box.alive('etcd') or self.box.up())
+        self.kill_etcd()
         with open(os.path.join(faults, 'resume'), 'w'):
             pass
         first.join(300)
 
-        failed = result['res']
-        self.assertNotEqual(0, failed.returncode, failed.stdout)
-        self.assertEqual(target, self.box.target_of(vol_id))
-        self.assertTrue(session.write(0x34), session.output)
-        self.assertEqual('in-use', self.box.volume(vol_id)['status'])
-        self.assertEqual(['attached'], [a['status'] for a in
-                                        self.box.attachments(vol_id)])
+        self.assert_failed_clean(result['res'], vol_id, target, session,
+                                 0x34)
         logs = ''.join(open(p).read() for p in glob.glob(
             os.path.join(self.box.state, 'logs', 'cinder-volume-*.log')))
         self.assertIn('stopped before DisconnectLocalHostTask', logs)
-
-        self.box.up()       # etcd back
-        rerun = self.box.manage('volume', 'force-detach', vol_id)
-        self.assertEqual(0, rerun.returncode, rerun.stdout + rerun.stderr)
-        self.assert_detached(vol_id, session)
-        self.assert_usable(vol_id)
+        self.assert_rerun_converges_with_etcd_back(vol_id, session)
 
     # -- a stateful property test -------------------------------------------
 

@@ -364,14 +364,19 @@ class VolumeLifecycleTestCase(base.CinderTgtTestCase):
             time.sleep(0.1)
         self.fail('snapshot stuck creating')
 
-    def test_revert_to_snapshot_restores_the_data(self):
-        """os-revert (3.40): the driver's own revert, no host attach."""
+    def volume_with_snapshot(self):
+        """A volume holding 4 KiB of 0x42, and a snapshot of it."""
         vol = self.create_volume()
         path = self.driver.local_path(self.db_volume(vol['id']))
         with open(path, 'r+b') as f:
             f.write(b'\x42' * 4096)
         snap = self.wait_snapshot(self.api.post_snapshot({'snapshot': {
             'volume_id': vol['id'], 'name': 's'}})['id'])
+        return vol, path, snap
+
+    def test_revert_to_snapshot_restores_the_data(self):
+        """os-revert (3.40): the driver's own revert, no host attach."""
+        vol, path, snap = self.volume_with_snapshot()
         with open(path, 'r+b') as f:
             f.write(b'\x43' * 8192)
         self.api.api_post('/volumes/%s/action' % vol['id'],
@@ -383,13 +388,7 @@ class VolumeLifecycleTestCase(base.CinderTgtTestCase):
         self.assertEqual(units.Gi, os.path.getsize(path))
 
     def test_lifecycle_keeps_data(self):
-        vol = self.create_volume()
-        path = self.driver.local_path(self.db_volume(vol['id']))
-        with open(path, 'r+b') as f:
-            f.write(b'\x42' * 4096)
-
-        snap = self.wait_snapshot(self.api.post_snapshot({'snapshot': {
-            'volume_id': vol['id'], 'name': 's'}})['id'])
+        vol, path, snap = self.volume_with_snapshot()
         self.assertEqual('available', snap['status'])
         from_snap = self.create_volume(size=2, snapshot_id=snap['id'])
         clone = self.create_volume(source_volid=vol['id'])
