@@ -25,6 +25,16 @@ def is_live(attachment):
     return attachment.attach_status not in ENDED_ATTACH_STATUSES
 
 
+def export_users(attachments):
+    """The attachments whose host may use the export: those with a connector.
+
+    An attachment without one (Nova reserves those for a shelved-offloaded
+    server) never reached the backend; the host that later completes it
+    gets the export made again.
+    """
+    return [a for a in attachments if a.connector]
+
+
 def same_host(attachment_connector, connector):
     """Whether two connectors name the same host (name, IQN or a WWPN)."""
     if not attachment_connector or not connector:

@@ -369,9 +369,10 @@ class RemoveExportTask(_DriverTask):
 
     def execute(self, context, volume, remaining=(), lock=None):
         check_lock(lock, volume, type(self).__name__)
-        if remaining and not self.always:
+        users = fd_attachments.export_users(remaining)
+        if users and not self.always:
             LOG.info('Volume %(vol)s keeps its export for %(n)d other '
-                     'attachment(s).', {'vol': volume.id, 'n': len(remaining)})
+                     'attachment(s).', {'vol': volume.id, 'n': len(users)})
             return
         self.driver.remove_export_unlocked(context, volume)
 
@@ -454,14 +455,16 @@ def _run(flow, volume, store):
 
 def run(context, driver, volume, connector=None, attachment_id=None,
         reset_database=True):
-    """Run the flow; returns whether attachments remain (export shared).
+    """Run the flow; returns whether another host may use the export.
+
+    Cinder then keeps the export: attachments remain that have a connector.
 
     A backend failure is raised as ``ForceDetachFailed`` naming its step.
     """
     storage = _run(get_flow(driver, reset_database), volume, {
         'context': context, 'volume': volume, 'connector': connector,
         'attachment_id': attachment_id})
-    return bool(storage.fetch('remaining'))
+    return bool(fd_attachments.export_users(storage.fetch('remaining')))
 
 
 def run_remove_export(context, driver, volume):

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 
 from cinder import exception as cinder_exception
 from cinder.tests.functional.api import client
@@ -104,6 +105,43 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.api.api_delete('/attachments/%s' % att_b['id'])
         self.wait_volume(vol_id, ('available',))
         self.assertIsNone(self.target_state(vol_id))
+
+    def test_shelve_offload_reservation_does_not_keep_the_export(self):
+        """Nova's shelve-offload: reserve without a connector, then delete.
+
+        The reservation never reached the backend, so the leaving host's
+        attachment delete removes the export (Cinder had kept an empty
+        target when the driver counted it as a user).  Unshelve completes
+        the reservation with a host's connector: the export is made again
+        and that host reads what was written before.
+        """
+        vol_id = self.create_volume()['id']
+        server = str(uuid.uuid4())
+        att = self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': vol_id, 'instance_uuid': server,
+            'connector': self.host_connector('compute1')}})['attachment']
+        self.api.api_post('/attachments/%s/action' % att['id'],
+                          {'os-complete': {}}, check_response_status=[204])
+        info = att['connection_info']
+        self.assertTrue(self.login(info, 'compute1').write(0x3c, offset=4096))
+        # Cinder allows a second attachment of the same server only.
+        reserved = self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': vol_id, 'instance_uuid': server}})['attachment']
+        # Nova deletes the old attachment with its service token.
+        self.api.api_delete('/attachments/%s' % att['id'],
+                            headers=base.SERVICE)
+        self.wait_volume(vol_id, ('reserved',))
+        self.assertIsNone(self.target_state(vol_id))
+
+        info = self.api.api_put('/attachments/%s' % reserved['id'], {
+            'attachment': {'connector': self.host_connector('compute2')}}
+        )['attachment']['connection_info']
+        self.api.api_post('/attachments/%s/action' % reserved['id'],
+                          {'os-complete': {}}, check_response_status=[204])
+        self.wait_volume(vol_id, ('in-use',))
+        self.assertEqual([base.initiator_name('compute2')],
+                         self.target_state(vol_id).acls)
+        self.assertTrue(self.login(info, 'compute2').read(0x3c, offset=4096))
 
     def test_attach_outlives_the_export_removal_of_a_leaving_host(self):
         """Cinder's attach exports and connects in two calls.
