@@ -119,6 +119,36 @@ def free_tgtd_control_port(low=100, high=9999):
     raise RuntimeError('no free tgtd control port')
 
 
+def box_env(state, keystone=False, glance=False, db=None, nova=False):
+    """The environment of a fresh ``tools/stack.sh`` box on free ports.
+
+    No ``OS_*`` or ``CINDER*`` variable of the caller leaks into it.
+    """
+    names = ['API', 'RABBIT', 'EPMD', 'ISCSI']
+    flags = {'STACK_DIR': state}
+    if db:
+        names.append('DB')
+        flags['STACK_DB'] = db
+    if keystone:
+        names.append('KEYSTONE')
+        flags['STACK_KEYSTONE'] = '1'
+    if glance:
+        names.append('GLANCE')
+        flags['STACK_GLANCE'] = '1'
+    if nova:
+        names += ['DB', 'KEYSTONE', 'GLANCE', 'NOVA', 'PLACEMENT', 'NEUTRON']
+        flags['STACK_NOVA'] = '1'
+    names = sorted(set(names))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('OS_', 'CINDER'))}
+    env.update(flags)
+    for name, port in zip(names, free_tcp_ports(len(names), span=2,
+                                                below_ephemeral=True)):
+        env['STACK_%s_PORT' % name] = str(port)
+    env['STACK_TGT_CONTROL_PORT'] = str(free_tgtd_control_port())
+    return env
+
+
 # -- Glance -------------------------------------------------------------------
 
 class FakeImageService(object):

@@ -49,7 +49,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -67,38 +66,13 @@ DEFAULT_REGEX = r'^(tempest|cinder_tempest_plugin)\.api\.volume'
 
 def box_env(state):
     """The environment of a fresh box on free loopback ports."""
-    api, rabbit, epmd, iscsi, db, keystone, glance = fakes.free_tcp_ports(
-        7, span=2, below_ephemeral=True)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(('OS_', 'CINDER'))}
-    env.update({
-        'STACK_DIR': state, 'STACK_KEYSTONE': '1', 'STACK_GLANCE': '1',
-        'STACK_DB': 'mariadb', 'STACK_GLANCE_PORT': str(glance),
-        'STACK_API_PORT': str(api), 'STACK_RABBIT_PORT': str(rabbit),
-        'STACK_EPMD_PORT': str(epmd), 'STACK_ISCSI_PORT': str(iscsi),
-        'STACK_DB_PORT': str(db), 'STACK_KEYSTONE_PORT': str(keystone),
-        'STACK_TGT_CONTROL_PORT': str(fakes.free_tgtd_control_port()),
-    })
-    return env
+    return fakes.box_env(state, keystone=True, glance=True, db='mariadb')
 
 
 def upload_image(box):
     """A public 1 MiB raw image in the box's Glance, as the admin."""
-    token = box.keystone_token()
-    images = box.glance_url() + '/v2/images'
-    req = urllib.request.Request(images, method='POST', data=json.dumps({
-        'name': 'cfd-tempest', 'disk_format': 'raw',
-        'container_format': 'bare', 'visibility': 'public'}).encode(),
-        headers={'Content-Type': 'application/json', 'X-Auth-Token': token})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        image_id = json.loads(resp.read())['id']
-    req = urllib.request.Request(
-        '%s/%s/file' % (images, image_id), method='PUT',
-        data=os.urandom(1 << 20), headers={
-            'Content-Type': 'application/octet-stream',
-            'X-Auth-Token': token})
-    urllib.request.urlopen(req, timeout=60).close()
-    return image_id
+    return box.glance_upload('cfd-tempest', os.urandom(1 << 20),
+                             visibility='public')
 
 
 def write_conf(state, workspace, image_id):

@@ -39,6 +39,10 @@ recycled pid is never signalled):
   worker, no auth, a file store under ``STATE/glance/images``; its
   database in the stack's MariaDB, or SQLite) after ``glance-manage db
   sync``; Cinder's ``glance_api_servers`` points at it;
+* with ``--nova`` (see :mod:`cinder_forcedetach.tools.nova_box`),
+  ``placement-api`` and ``neutron-standin`` before Cinder, then
+  ``nova-api``, ``nova-conductor``, ``nova-scheduler`` and
+  ``nova-compute`` after it, two flavors and the compute host mapped;
 * ``cinder-manage db sync``, then ``cinder-scheduler``, the
   ``cinder-volume`` service(s) and ``cinder-api`` from the venv with a
   generated ``STATE/cinder.conf`` (noauth, SQLite or MariaDB, the local
@@ -88,6 +92,13 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
 ``STACK_GLANCE``           1: also run glance-api (images for create
                            from image and os-reimage) [0]
 ``STACK_GLANCE_PORT``      glance-api port [19292]
+``STACK_NOVA``             1: also run Nova (nova-api, conductor,
+                           scheduler, a compute on Nova's fake virt
+                           driver), placement and a networking stand-in;
+                           implies Keystone, Glance and MariaDB [0]
+``STACK_NOVA_PORT``        nova-api port [18774]
+``STACK_PLACEMENT_PORT``   placement-api port [18778]
+``STACK_NEUTRON_PORT``     the networking stand-in's port [19696]
 ``STACK_DEBUG``            1: Cinder debug logging (may log more detail)
 =========================  =============================================
 """
@@ -111,7 +122,17 @@ import urllib.error
 import urllib.request
 import uuid
 
+from cinder_forcedetach.tools import boxutil
 from cinder_forcedetach.tools import ceph_dev
+from cinder_forcedetach.tools import nova_box
+
+StackError = boxutil.StackError
+log = boxutil.log
+port_open = boxutil.port_open
+wait_for = boxutil.wait_for
+http_ok = boxutil.http_ok
+_tail = boxutil.tail
+_write = boxutil.write_private
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -137,17 +158,10 @@ EXIT_DOWN = 3
 #: Passwords kept in STATE/secrets.json besides the broker's.
 SECRET_PASSWORDS = ('db_password', 'glance_db_password',
                     'keystone_db_password', 'admin_password',
-                    'cinder_password', 'glance_password')
-REGION = 'RegionOne'
-
-
-class StackError(Exception):
-    pass
-
-
-def log(msg):
-    sys.stderr.write('stack: %s\n' % msg)
-    sys.stderr.flush()
+                    'cinder_password', 'glance_password',
+                    'nova_password', 'placement_password') + tuple(
+    name + '_db_password' for name in nova_box.NOVA_DATABASES)
+REGION = boxutil.REGION
 
 
 # -- processes ------------------------------------------------------------
@@ -204,24 +218,6 @@ def descendants(pid):
 def is_alive(pid, start_time):
     st = proc_stat(pid)
     return bool(st) and st[2] == start_time and st[0] != 'Z'
-
-
-def port_open(host, port, timeout=0.5):
-    with socket.socket() as s:
-        s.settimeout(timeout)
-        return s.connect_ex((host, port)) == 0
-
-
-def wait_for(predicate, timeout, what, proc=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and not proc.alive():
-            raise StackError('%s exited while starting; see %s%s' % (
-                proc.name, proc.out_path, _tail(proc.out_path)))
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise StackError('timed out after %ds waiting for %s' % (timeout, what))
 
 
 class Proc(object):
@@ -364,6 +360,21 @@ class Settings(object):
             'STACK_GLANCE', '') in ('1', 'true', 'yes'))
         self.glance_port = getattr(args, 'glance_port', None) or _int_env(
             'STACK_GLANCE_PORT', 19292)
+        self.nova = bool(getattr(args, 'nova', False) or env(
+            'STACK_NOVA', '') in ('1', 'true', 'yes'))
+        self.nova_port = getattr(args, 'nova_port', None) or _int_env(
+            'STACK_NOVA_PORT', 18774)
+        self.placement_port = getattr(
+            args, 'placement_port', None) or _int_env(
+            'STACK_PLACEMENT_PORT', 18778)
+        self.neutron_port = getattr(args, 'neutron_port', None) or _int_env(
+            'STACK_NEUTRON_PORT', 19696)
+        if self.nova:
+            # Nova needs Keystone (service tokens), Glance (images) and a
+            # database server (SQLite broke shelve/unshelve in 2 of 3 runs).
+            if (getattr(args, 'db', None) or env('STACK_DB')) == 'sqlite':
+                raise StackError('--nova needs --db mariadb, not sqlite')
+            self.db, self.keystone, self.glance = 'mariadb', True, True
         if self.db not in DB_KINDS:
             raise StackError('STACK_DB must be one of %s, not %r' % (
                 ', '.join(DB_KINDS), self.db))
@@ -376,7 +387,8 @@ class Settings(object):
                              % (MAX_VOLUME_SERVICES, self.volume_services))
         for name in ('api_port', 'rabbit_port', 'epmd_port', 'iscsi_port',
                      'ceph_mon_port', 'db_port', 'etcd_port', 'glance_port',
-                     'keystone_port'):
+                     'keystone_port', 'nova_port', 'placement_port',
+                     'neutron_port'):
             # rabbit and etcd use the port above theirs, Ceph the one below.
             if not 1024 < getattr(self, name) < 65535:
                 raise StackError('%s must be in 1025-65534, not %d' % (
@@ -414,7 +426,7 @@ def parse_backends(text):
     return backends
 
 
-class Stack(object):
+class Stack(nova_box.NovaParts):
 
     def __init__(self, settings):
         self.s = settings
@@ -447,9 +459,13 @@ class Stack(object):
             names.append('keystone-api')
         if info.get('glance'):
             names.append('glance-api')
+        if info.get('nova'):
+            names += nova_box.NOVA_BEFORE_CINDER
         names.append('cinder-scheduler')
         names += volume_service_names(info.get('volume_services', 1))
         names.append('cinder-api')
+        if info.get('nova'):
+            names += nova_box.NOVA_SERVICES
         return names
 
     def procs(self, info=None):
@@ -461,10 +477,12 @@ class Stack(object):
         if os.path.isdir(self.run_dir):
             names.update(n[:-len('.json')] for n in os.listdir(self.run_dir)
                          if n.endswith('.json'))
-        known = ['epmd', 'rabbitmq', 'mariadb', 'etcd', 'tgtd',
-                 'keystone-api', 'glance-api',
-                 'cinder-scheduler', 'cinder-volume'] + volume_service_names(
-            MAX_VOLUME_SERVICES) + ['cinder-api']
+        known = (['epmd', 'rabbitmq', 'mariadb', 'etcd', 'tgtd',
+                  'keystone-api', 'glance-api'] +
+                 list(nova_box.NOVA_BEFORE_CINDER) +
+                 ['cinder-scheduler', 'cinder-volume'] +
+                 volume_service_names(MAX_VOLUME_SERVICES) +
+                 ['cinder-api'] + list(nova_box.NOVA_SERVICES))
         ordered = [n for n in known if n in names]
         return {name: Proc(self, name) for name in ordered}
 
@@ -490,6 +508,9 @@ class Stack(object):
                 'volume_services': s.volume_services,
                 'glance': s.glance, 'glance_port': s.glance_port,
                 'keystone': s.keystone, 'keystone_port': s.keystone_port,
+                'nova': s.nova, 'nova_port': s.nova_port,
+                'placement_port': s.placement_port,
+                'neutron_port': s.neutron_port,
                 'project_id': (s.project_id or self.info.get('project_id') or
                                uuid.uuid4().hex)}
 
@@ -525,6 +546,9 @@ class Stack(object):
                 self._start_keystone(procs['keystone-api'])
             if 'glance-api' in procs:
                 self._start_glance(procs['glance-api'])
+            if 'placement-api' in procs:
+                self._start_placement(procs['placement-api'])
+                self._start_neutron_standin(procs['neutron-standin'])
             if self.uses_ceph():
                 self._start_ceph()
             self._write_cinder_conf()
@@ -533,6 +557,8 @@ class Stack(object):
                 self._start_cinder(procs[name], name)
             self._wait_cinder(procs)
             self._ensure_types()
+            if 'nova-api' in procs:
+                self._start_nova(procs)
         except (StackError, OSError, subprocess.SubprocessError) as err:
             log('ERROR: %s' % err)
             if self.started:
@@ -557,6 +583,9 @@ class Stack(object):
             'etcd': [info.get('etcd_port'), (info.get('etcd_port') or 0) + 1],
             'glance-api': [info.get('glance_port')],
             'keystone-api': [info.get('keystone_port')],
+            'placement-api': [info.get('placement_port')],
+            'neutron-standin': [info.get('neutron_port')],
+            'nova-api': [info.get('nova_port')],
         }
         for name, ports in owners.items():
             if name not in procs or procs[name].alive():
@@ -729,6 +758,8 @@ class Stack(object):
         if info.get('keystone'):
             self._create_database('keystone',
                                   self._secrets()['keystone_db_password'])
+        for name in nova_box.NOVA_DATABASES if info.get('nova') else ():
+            self._create_database(name, self._secrets()[name + '_db_password'])
 
     def _create_database(self, name, password):
         """Database *name* and its user *name* (password on stdin)."""
@@ -779,11 +810,11 @@ class Stack(object):
                     '--bind', '%s:%d' % (info['host'], port), app],
                    env=dict(os.environ, **env), cwd=cwd)
 
-    def _manage(self, name, args, env=None, cwd=None):
+    def _manage(self, name, args, env=None, cwd=None, ok=(0,)):
         """Run ``NAME --config-file ... ARGS`` (a ``*-manage`` step).
 
-        *args*: the config file options, then the step.  Its output goes
-        to LOG/NAME.out.
+        *args*: the config file options, then the step; *ok*: its exit
+        codes that mean success.  Its output goes to LOG/NAME.out.
         """
         out = os.path.join(self.log_dir, name + '.out')
         with open(out, 'ab') as f:
@@ -791,7 +822,7 @@ class Stack(object):
                 [self._venv_bin(name)] + args, stdin=subprocess.DEVNULL,
                 stdout=f, stderr=subprocess.STDOUT, cwd=cwd or self.dir,
                 timeout=300, env=dict(os.environ, **(env or {})))
-        if res.returncode:
+        if res.returncode not in ok:
             raise StackError('%s %s failed; see %s%s' % (
                 name, ' '.join(args[2:]), out, _tail(out)))
 
@@ -900,7 +931,10 @@ class Stack(object):
         admin_project = find('projects', 'admin', None)
         roles = [find('roles', role, {'name': role})
                  for role in ('admin', 'service')]
-        for user in ('cinder', 'glance'):
+        users = ('cinder', 'glance')
+        if self.info.get('nova'):
+            users += nova_box.NOVA_USERS
+        for user in users:
             user_id = find('users', user, dict(
                 default, name=user, default_project_id=service,
                 password=self._secrets()[user + '_password']))
@@ -914,6 +948,8 @@ class Stack(object):
                    ('cinderv3', 'volumev3', url)]
         if self.info.get('glance'):
             catalog.append(('glance', 'image', self.glance_url()))
+        if self.info.get('nova'):
+            catalog += self.nova_catalog()
         for name, kind, url in catalog:
             svc = find('services', name, {'name': name, 'type': kind})
             _s, _h, body = self.keystone(
@@ -1017,6 +1053,24 @@ class Stack(object):
             f.write('# Generated by tools/stack.sh up.\n')
             conf.write(f)
         return d, path
+
+    def glance_upload(self, name, data, disk_format='raw',
+                      visibility='shared'):
+        """An active image of *data* in the box's Glance; its id."""
+        images = self.glance_url() + '/v2/images'
+        auth = ({'X-Auth-Token': self.auth_token()}
+                if self.info.get('keystone') else {})
+        req = urllib.request.Request(images, method='POST', data=json.dumps({
+            'name': name, 'disk_format': disk_format,
+            'container_format': 'bare', 'visibility': visibility}).encode(),
+            headers=dict(auth, **{'Content-Type': 'application/json'}))
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            image_id = json.loads(resp.read())['id']
+        req = urllib.request.Request(
+            '%s/%s/file' % (images, image_id), method='PUT', data=data,
+            headers=dict(auth, **{'Content-Type': 'application/octet-stream'}))
+        urllib.request.urlopen(req, timeout=120).close()
+        return image_id
 
     def _start_glance(self, proc):
         if proc.alive():
@@ -1174,6 +1228,13 @@ class Stack(object):
             conf['keystone_authtoken'].update(
                 self.authtoken_section('cinder'),
                 service_token_roles_required='True')
+        if info.get('nova'):
+            # Cinder's calls to Nova (volume events, the server lookup of
+            # its attachment-delete guard) as a cloud makes them.
+            auth = self._service_auth('cinder')
+            conf['nova'] = dict(auth, interface='public',
+                                token_auth_url=auth['auth_url'])
+            conf['service_user'] = dict(auth, send_service_user_token='True')
         # Privileged calls (tgtadm, os-brick) go through oslo.privsep; this
         # runs as root, so the helper needs no sudo/rootwrap in front.
         helper = '%s --config-file %s' % (
@@ -1272,12 +1333,17 @@ class Stack(object):
         return self._token
 
     def api(self, method, path, body=None, version='3.0', timeout=10):
+        return self.http_json(self.api_url() + path, method, body, {
+            'OpenStack-API-Version': 'volume %s' % version}, timeout)
+
+    def http_json(self, url, method, body=None, headers=None, timeout=10):
+        """A JSON call as the box's admin; the decoded answer or {}."""
         req = urllib.request.Request(
-            self.api_url() + path, method=method,
+            url, method=method,
             data=json.dumps(body).encode() if body is not None else None,
-            headers={'X-Auth-Token': self.auth_token(),
-                     'Content-Type': 'application/json',
-                     'OpenStack-API-Version': 'volume %s' % version})
+            headers=dict({'X-Auth-Token': self.auth_token(),
+                          'Content-Type': 'application/json'},
+                         **(headers or {})))
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = resp.read()
         return json.loads(data) if data else {}
@@ -1429,8 +1495,12 @@ class Stack(object):
                          'region %s)' % (self.keystone_url(),
                                          procs['keystone-api'].pid, REGION))
         if info.get('glance'):
-            extra.append('  glance     %s/v2, pid %s (no auth, file store)'
-                         % (self.glance_url(), procs['glance-api'].pid))
+            extra.append('  glance     %s/v2, pid %s (%s, file store)' % (
+                self.glance_url(), procs['glance-api'].pid,
+                'keystone' if info.get('keystone') else 'no auth'))
+        if info.get('nova'):
+            extra += self.nova_ready_lines(procs)
+            lines += self.nova_commands()
         if info.get('volume_services', 1) > 1:
             extra.append('  volume     %d services in cluster "%s": %s' % (
                 info['volume_services'], CLUSTER, ', '.join(
@@ -1541,6 +1611,9 @@ class Stack(object):
             elif name == 'etcd' and alive:
                 detail = '%s %s' % (self.etcd_url(info), 'healthy' if
                                     self.etcd_healthy() else 'NOT healthy')
+            elif alive and self.nova_status_detail(name, info):
+                detail, healthy = self.nova_status_detail(name, info)
+                ok = ok and healthy
             elif name == 'cinder-api' and alive:
                 detail = '%s %s' % (self.api_url(info), 'answers'
                                     if states else 'NOT answering')
@@ -1601,35 +1674,9 @@ def volume_service_names(count):
     return ['cinder-volume-%d' % i for i in range(1, count + 1)]
 
 
-def http_ok(url, timeout=2):
-    """Whether *url* answers 200 (a service's readiness probe)."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 def _which(name):
     """*name* on PATH, or in the system directories root has."""
     return shutil.which(name) or shutil.which(name, path=SBIN)
-
-
-def _tail(path, lines=15):
-    """The last lines of a process's output, for an error message."""
-    try:
-        with open(path, errors='replace') as f:
-            last = f.read().splitlines()[-lines:]
-    except OSError:
-        return ''
-    return ''.join('\n  | ' + line for line in last)
-
-
-def _write(path, text):
-    fd = os.open(path + '.tmp', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, 'w') as f:
-        f.write(text)
-    os.rename(path + '.tmp', path)
 
 
 def tgtadm(control, *args, check=True):
@@ -1666,7 +1713,8 @@ def build_parser():
     up.add_argument('--host')
     for opt in ('api-port', 'rabbit-port', 'epmd-port', 'iscsi-port',
                 'tgt-control-port', 'ceph-mon-port', 'db-port', 'etcd-port',
-                'glance-port', 'keystone-port', 'timeout'):
+                'glance-port', 'keystone-port', 'nova-port',
+                'placement-port', 'neutron-port', 'timeout'):
         up.add_argument('--' + opt, type=int)
     up.add_argument('--db', choices=DB_KINDS,
                     help='the database of every service [sqlite]')
@@ -1681,6 +1729,10 @@ def build_parser():
                          'instead of noauth')
     up.add_argument('--glance', action='store_true',
                     help='also run glance-api (no auth, file store)')
+    up.add_argument('--nova', action='store_true',
+                    help='also run Nova (fake virt driver), placement and '
+                         'a networking stand-in; implies --keystone '
+                         '--glance --db mariadb')
     up.add_argument('--backends', help='NAME[=DRIVER],...; DRIVER: tgt, '
                     'rbd or a class')
     up.add_argument('--extra-conf', help='file appended to cinder.conf')

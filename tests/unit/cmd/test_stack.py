@@ -71,3 +71,38 @@ class GlanceTestCase(testtools.TestCase):
             err = self.assertRaises(stack.StackError, stack.Settings,
                                     argparse.Namespace(state_dir=None))
         self.assertIn('glance_port', str(err))
+
+
+class NovaTestCase(testtools.TestCase):
+
+    def settings(self, **env):
+        with mock.patch.dict(os.environ, env, clear=True):
+            return stack.Settings(argparse.Namespace(state_dir=None))
+
+    def test_nova_brings_keystone_glance_and_mariadb(self):
+        s = self.settings(STACK_NOVA='1')
+        self.assertEqual((True, True, True, 'mariadb'),
+                         (s.nova, s.keystone, s.glance, s.db))
+
+    def test_nova_on_sqlite_is_refused(self):
+        err = self.assertRaises(stack.StackError, self.settings,
+                                STACK_NOVA='1', STACK_DB='sqlite')
+        self.assertIn('--nova needs --db mariadb', str(err))
+
+    def test_nova_ports_are_checked(self):
+        for var in ('STACK_NOVA_PORT', 'STACK_PLACEMENT_PORT',
+                    'STACK_NEUTRON_PORT'):
+            self.assertRaises(stack.StackError, self.settings,
+                              STACK_NOVA='1', **{var: '70000'})
+
+    def test_order_placement_before_cinder_nova_after(self):
+        st = stack.Stack.__new__(stack.Stack)
+        self.assertNotIn('nova-api', st.order({'volume_services': 1}))
+        order = st.order({'nova': True, 'keystone': True, 'glance': True,
+                          'db': 'mariadb', 'volume_services': 1})
+        self.assertLess(order.index('placement-api'),
+                        order.index('cinder-volume'))
+        self.assertLess(order.index('neutron-standin'),
+                        order.index('cinder-volume'))
+        self.assertEqual(['cinder-api', 'nova-api', 'nova-conductor',
+                          'nova-scheduler', 'nova-compute'], order[-5:])

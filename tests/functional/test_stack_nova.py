@@ -1,0 +1,410 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The seed flows through real Nova: ``tools/stack.sh up --nova``.
+
+One box for the class: real Nova 34 (API, conductor, scheduler, a compute
+on Nova's fake virt driver), placement 16, Glance, Keystone and MariaDB
+around the box's Cinder and our tgt iSCSI driver.  Every volume call is
+Nova's own code.  What is not real, and why: the hypervisor (Nova's fake
+driver: servers exist only in Nova's database; its connector carries a
+valid initiator name of its own) and the network (a stand-in that
+answers Nova's reads with empty collections: servers boot with no NIC).
+The kernel iSCSI initiator does not exist here, so the host side is a
+libiscsi initiator (qemu-io) where a test proves what a host can reach.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+
+import testtools
+
+from cinder_forcedetach.tools import nova_box
+from cinder_forcedetach.tools import stack as stack_mod
+from tests import fakes
+from tests.functional import fixtures as cfd_fixtures
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
+BOX_IQN = 'iqn.2010-10.org.openstack.box:' + nova_box.COMPUTE_HOST
+#: Microversion with volume-backed rebuild (os-reimage).
+REBUILD_VERSION = '2.93'
+
+
+def run(argv, env, timeout=900):
+    return subprocess.run(argv, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+class NovaBoxTestCase(testtools.TestCase):
+    """Cinder's and Nova's own paths, end to end, with our driver."""
+
+    @classmethod
+    def setUpClass(cls):
+        super(NovaBoxTestCase, cls).setUpClass()
+        cls.state = tempfile.mkdtemp(prefix='cfd-nova-')
+        cls.env = fakes.box_env(cls.state, nova=True)
+        res = run([STACK_SH, 'up'], cls.env)
+        cls.up_output = res.stdout + res.stderr
+        if res.returncode:
+            cls.tearDownClass()
+            raise AssertionError('stack up --nova failed:\n' +
+                                 cls.up_output[-4000:])
+        cls.box = stack_mod.Stack(stack_mod.Settings(
+            type('Args', (), {'state_dir': cls.state})()))
+        cls.control = cls.box.info['tgt_control_port']
+        # Each test makes its own volumes: more than the default 10.
+        cls.box.api('PUT', '/os-quota-sets/' + cls.box.info['project_id'],
+                    {'quota_set': {'volumes': -1, 'gigabytes': -1}})
+
+    @classmethod
+    def tearDownClass(cls):
+        run([STACK_SH, 'down'], cls.env)
+        shutil.rmtree(cls.state, ignore_errors=True)
+        super(NovaBoxTestCase, cls).tearDownClass()
+
+    # -- helpers ----------------------------------------------------------
+
+    def shell(self, command):
+        """A printed command line, as a user pastes it."""
+        return run(['bash', '-c', command], self.env, timeout=300)
+
+    def wait(self, predicate, what, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = predicate()
+            if found:
+                return found
+            time.sleep(0.5)
+        self.fail('timed out waiting for ' + what)
+
+    def api(self, method, path, body=None):
+        return self.box.api(method, path, body, version='3.70')
+
+    def nova(self, method, path, body=None):
+        return self.box.nova(method, path, body, version=REBUILD_VERSION)
+
+    def volume(self, vol_id):
+        return self.api('GET', '/volumes/' + vol_id)['volume']
+
+    def server(self, server_id):
+        return self.nova('GET', '/servers/' + server_id)['server']
+
+    def attachments(self, vol_id):
+        return self.api('GET', '/attachments/detail?volume_id=' +
+                        vol_id)['attachments']
+
+    def new_volume(self, name, image=None):
+        body = {'size': 1, 'name': name}
+        if image:
+            body['imageRef'] = image
+        vol_id = self.api('POST', '/volumes', {'volume': body})['volume']['id']
+        self.wait(lambda: self.volume(vol_id)['status'] == 'available',
+                  'volume %s available' % name)
+        return vol_id
+
+    def box_image(self):
+        return self.box.http_json(
+            self.box.glance_url() + '/v2/images?name=' + nova_box.IMAGE,
+            'GET')['images'][0]['id']
+
+    def settled(self, server_id, status='ACTIVE'):
+        def done():
+            srv = self.server(server_id)
+            self.assertNotEqual('ERROR', srv['status'], srv.get('fault'))
+            return (srv['status'] == status and
+                    srv['OS-EXT-STS:task_state'] is None)
+        self.wait(done, 'server %s %s' % (server_id, status))
+
+    def boot(self, name, boot_volume):
+        server_id = self.nova('POST', '/servers', {'server': {
+            'name': name, 'flavorRef': nova_box.FLAVORS[0][1],
+            'networks': 'none', 'block_device_mapping_v2': [{
+                'source_type': 'volume', 'destination_type': 'volume',
+                'uuid': boot_volume, 'boot_index': 0}]}})['server']['id']
+        self.addCleanup(self.delete_server, server_id)
+        self.settled(server_id)
+        return server_id
+
+    def delete_server(self, server_id):
+        try:
+            self.nova('DELETE', '/servers/' + server_id)
+        except urllib.error.HTTPError as err:
+            if err.code != 404:
+                raise
+
+    def attach(self, server_id, vol_id):
+        self.nova('POST', '/servers/%s/os-volume_attachments' % server_id,
+                  {'volumeAttachment': {'volumeId': vol_id}})
+        self.wait(lambda: self.volume(vol_id)['status'] == 'in-use',
+                  'volume %s in-use' % vol_id)
+
+    def nova_volumes(self, server_id):
+        return {a['volumeId'] for a in self.nova(
+            'GET', '/servers/%s/os-volume_attachments' % server_id
+        )['volumeAttachments']}
+
+    def target(self, vol_id):
+        """(exists, ACL initiators) of the volume's tgt target."""
+        out = stack_mod.tgtadm(self.control, '--op', 'show', '--mode',
+                               'target').stdout
+        for block in re.split(r'(?m)^(?=Target \d+:)', out):
+            if block.startswith('Target') and vol_id in block.split('\n')[0]:
+                acl = block.split('ACL information:')[-1]
+                return True, sorted(re.findall(r'^\s+(\S+)$', acl, re.M))
+        return False, []
+
+    def manage(self, *args):
+        """nova-manage on the compute host, its JSON answer."""
+        res = run([os.path.join(self.box.info['venv'], 'bin', 'nova-manage'),
+                   '--config-file', self.box.nova_conf_path()] + list(args),
+                  self.env, timeout=300)
+        self.assertEqual(0, res.returncode, res.stderr[-3000:])
+        return res.stdout
+
+    # -- the printed commands -------------------------------------------
+
+    def test_printed_commands_boot_force_detach_and_reboot_cleans_up(self):
+        """Boot from our volume, force-detach it, a reboot drops the BDM.
+
+        As pasted from ``up``'s output.  Cinder refuses the admin's
+        force-detach of an attachment Nova holds (409, bug 2004555); the
+        service user's, with its service token, tears the target down;
+        Nova still lists the volume until a reboot finds the attachment
+        gone in Cinder and removes the stale BDM.
+        """
+        lines = self.up_output.splitlines()
+
+        def printed(title):
+            return lines[lines.index(title) + 1].strip()
+
+        res = self.shell(printed("Create a bootable volume from the box's "
+                                 "image:"))
+        self.assertEqual(0, res.returncode, res.stderr)
+        vol_id = re.search(r'\| id\s+\| (\S+)', res.stdout).group(1)
+        self.wait(lambda: self.volume(vol_id)['status'] == 'available',
+                  'bootable volume')
+        boot = [t for t in lines if t.startswith('Boot a server from it')][0]
+        res = self.shell(printed(boot).replace('VOLUME_ID', vol_id))
+        self.assertEqual(0, res.returncode, res.stdout + res.stderr)
+        server_id = [s['id'] for s in self.nova('GET', '/servers')['servers']
+                     if s['name'] == 'box-server'][0]
+        self.addCleanup(self.delete_server, server_id)
+        self.settled(server_id)
+        self.assertEqual((True, [BOX_IQN]), self.target(vol_id))
+        res = self.shell(printed('Its attachments:'))
+        self.assertIn(vol_id, res.stdout)
+
+        admin = printed('Force-detach it from every host:').replace(
+            'VOLUME_ID', vol_id)
+        res = self.shell(admin)
+        self.assertEqual(3, res.returncode, res.stderr)
+        self.assertIn('ConflictNovaUsingAttachment', res.stderr)
+        self.assertEqual((True, [BOX_IQN]), self.target(vol_id))
+
+        service = [t for t in lines if t.startswith('Force-detach the volume '
+                                                    'while Nova holds it')][0]
+        res = self.shell(printed(service).replace('VOLUME_ID', vol_id))
+        self.assertEqual(0, res.returncode, res.stderr)
+        self.assertEqual((False, []), self.target(vol_id))
+        self.assertEqual('available', self.volume(vol_id)['status'])
+        self.assertEqual([], self.attachments(vol_id))
+        self.assertEqual({vol_id}, self.nova_volumes(server_id))
+
+        res = self.shell(printed('Then a reboot drops the server\'s stale '
+                                 'attachment:'))
+        self.assertEqual(0, res.returncode, res.stderr)
+        self.wait(lambda: not self.nova_volumes(server_id),
+                  'Nova to drop the stale attachment')
+        with open(os.path.join(self.state, 'logs', 'nova-compute.log')) as f:
+            self.assertIn('Removing stale volume attachment', f.read())
+        self.assertEqual((False, []), self.target(vol_id))
+
+    # -- server detach rules (Cinder's test_server_detach_rules) ---------
+
+    def test_detach_rules_for_an_attachment_nova_holds(self):
+        """409 for the user's and admin's detach; a service may.
+
+        A non-admin member of the server's project and the admin both get
+        409 for ``DELETE /attachments/ID`` and os-detach; the service
+        user's token passes through Nova's own detach path, which runs
+        our teardown.
+        """
+        boot_id = self.new_volume('rules-boot', self.box_image())
+        data_id = self.new_volume('rules-data')
+        server_id = self.boot('rules', boot_id)
+        self.attach(server_id, data_id)
+        attachment = self.attachments(data_id)[0]['id']
+        for call in (('DELETE', '/attachments/' + attachment, None),
+                     ('POST', '/volumes/%s/action' % data_id,
+                      {'os-detach': {'attachment_id': attachment}})):
+            err = self.assertRaises(urllib.error.HTTPError, self.api, *call)
+            self.assertEqual(409, err.code)
+        self.assertEqual((True, [BOX_IQN]), self.target(data_id))
+        # Nova's own detach (it sends its service token) tears it down.
+        self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
+            server_id, data_id))
+        self.wait(lambda: self.volume(data_id)['status'] == 'available',
+                  'Nova detach')
+        self.assertEqual((False, []), self.target(data_id))
+
+    # -- dangling attachments --------------------------------------------
+
+    def test_reboot_deletes_an_attachment_made_only_in_cinder(self):
+        """An attachment Cinder has for the server but Nova never made."""
+        boot_id = self.new_volume('dangle-boot', self.box_image())
+        stray_id = self.new_volume('dangle-stray')
+        server_id = self.boot('dangle', boot_id)
+        stray = self.api('POST', '/attachments', {'attachment': {
+            'volume_uuid': stray_id, 'instance_uuid': server_id}}
+        )['attachment']
+        self.assertEqual('reserved', self.volume(stray_id)['status'])
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'reboot': {'type': 'SOFT'}})
+        self.settled(server_id)
+        self.wait(lambda: self.volume(stray_id)['status'] == 'available',
+                  'Nova to delete the stray attachment')
+        self.assertNotIn(stray['id'],
+                         [a['id'] for a in self.attachments(stray_id)])
+        self.assertEqual({boot_id}, self.nova_volumes(server_id))
+        self.assertEqual((True, [BOX_IQN]), self.target(boot_id))
+
+    # -- shelve-offload ----------------------------------------------------
+
+    def test_shelved_offloaded_attach_detach_then_unshelve(self):
+        """Attachments without a connector while no host has the server.
+
+        Offload leaves the boot volume ``reserved`` with no connector and
+        removes its export; a volume attached while offloaded is complete
+        in Cinder with no connection; one detached while offloaded goes
+        back to ``available`` with nothing to tear down; unshelve connects
+        every volume to the compute host again.
+        """
+        boot_id = self.new_volume('shelve-boot', self.box_image())
+        first = self.new_volume('shelve-first')
+        second = self.new_volume('shelve-second')
+        server_id = self.boot('shelve', boot_id)
+        self.nova('POST', '/servers/%s/action' % server_id, {'shelve': None})
+        self.settled(server_id, 'SHELVED_OFFLOADED')
+        reserved = self.attachments(boot_id)
+        self.assertEqual(['reserved'], [a['status'] for a in reserved])
+        self.assertEqual((False, []), self.target(boot_id))
+
+        self.attach(server_id, first)
+        [att] = self.attachments(first)
+        self.assertEqual('attached', att['status'])
+        self.assertFalse(att['connection_info'])
+        self.assertEqual((False, []), self.target(first))
+        self.attach(server_id, second)
+        self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
+            server_id, second))
+        self.wait(lambda: self.volume(second)['status'] == 'available',
+                  'detach while offloaded')
+        self.assertEqual([], self.attachments(second))
+
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'unshelve': None})
+        self.settled(server_id)
+        for vol_id in (boot_id, first):
+            [att] = self.attachments(vol_id)
+            self.assertEqual('attached', att['status'])
+            self.assertTrue(att['connection_info'])
+            self.assertEqual((True, [BOX_IQN]), self.target(vol_id))
+        self.assertEqual({boot_id, first}, self.nova_volumes(server_id))
+
+    # -- volume-backed rebuild -------------------------------------------
+
+    def test_rebuild_of_a_volume_backed_server_reimages_it(self):
+        """Rebuild (2.93) runs Cinder's os-reimage through our driver."""
+        boot_id = self.new_volume('rebuild-boot', self.box_image())
+        server_id = self.boot('rebuild', boot_id)
+        new_image = b'cinder-forcedetach rebuild\n'.ljust(3 << 20, b'\x5a')
+        image_id = self.box.glance_upload('rebuild-image', new_image)
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'rebuild': {'imageRef': image_id}})
+        self.wait(lambda: self.volume(boot_id)['status'] != 'in-use' or
+                  self.server(server_id)['status'] != 'ACTIVE',
+                  'the rebuild to start', timeout=30)
+        self.settled(server_id)
+        path = os.path.join(self.state, 'volumes', 'tgt', 'volume-' + boot_id)
+        with open(path, 'rb') as f:
+            self.assertEqual(new_image, f.read(len(new_image)))
+        self.assertEqual(image_id, self.volume(boot_id)[
+            'volume_image_metadata']['image_id'])
+        self.assertEqual((True, [BOX_IQN]), self.target(boot_id))
+
+    # -- nova-manage volume_attachment -----------------------------------
+
+    def test_volume_attachment_refresh_after_a_portal_move(self):
+        """show / get_connector / refresh reach the target's new portal.
+
+        The volume service moves its portal to 127.0.0.2 (tgtd listens on
+        both, as during a migration of the storage network).  After
+        ``nova-manage volume_attachment refresh`` with this host's own
+        connector, Nova's connection_info names the new portal, Cinder has
+        a new attachment, the ACL holds this host's initiator instead of
+        the compute's, and a libiscsi initiator with that name logs in
+        through the new portal and reads the volume.
+        """
+        boot_id = self.new_volume('refresh-boot', self.box_image())
+        data_id = self.new_volume('refresh-data')
+        server_id = self.boot('refresh', boot_id)
+        self.attach(server_id, data_id)
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'os-stop': None})
+        self.settled(server_id, 'SHUTOFF')
+        before = json.loads(self.manage('volume_attachment', 'show',
+                                        server_id, data_id, '--json'))
+        old_info = json.loads(before['connection_info'])
+        port = self.box.info['iscsi_port']
+        self.assertEqual('127.0.0.1:%d' % port,
+                         old_info['data']['target_portal'])
+
+        stack_mod.tgtadm(self.control, '--op', 'new', '--mode', 'portal',
+                         '--param', 'portal=127.0.0.2:%d' % port)
+        extra = os.path.join(self.state, 'portal.conf')
+        with open(extra, 'w') as f:
+            f.write('[tgt]\ntarget_ip_address = 127.0.0.2\n')
+        stack_mod.Proc(self.box, 'cinder-volume').stop()
+        res = run([STACK_SH, 'up'], dict(self.env, STACK_EXTRA_CONF=extra,
+                                         STACK_SKIP_INSTALL='1'))
+        self.assertEqual(0, res.returncode, res.stderr[-3000:])
+
+        connector = json.loads(self.manage('volume_attachment',
+                                           'get_connector', '--json'))
+        path = os.path.join(self.state, 'connector.json')
+        with open(path, 'w') as f:
+            json.dump(connector, f)
+        self.manage('volume_attachment', 'refresh', server_id, data_id, path)
+        after = json.loads(self.manage('volume_attachment', 'show',
+                                       server_id, data_id, '--json'))
+        info = json.loads(after['connection_info'])['data']
+        self.assertEqual('127.0.0.2:%d' % port, info['target_portal'])
+        self.assertNotEqual(before['attachment_id'], after['attachment_id'])
+        self.assertEqual([after['attachment_id']],
+                         [a['id'] for a in self.attachments(data_id)])
+        self.assertEqual((True, [connector['initiator']]),
+                         self.target(data_id))
+        host = cfd_fixtures.QemuIoInitiator(
+            info['target_portal'], info['target_iqn'], connector['initiator'],
+            info.get('auth_username'), info.get('auth_password'),
+            lun=info['target_lun'])
+        self.addCleanup(host.close)
+        self.assertIsNotNone(host.opened, host.output)
+        self.assertTrue(host.read(0, length=4096))
