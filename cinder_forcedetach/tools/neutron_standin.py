@@ -33,7 +33,7 @@ import uuid
 COLLECTIONS = ('networks', 'subnets', 'ports', 'floatingips', 'routers',
                'trunks', 'qos/policies', 'segments', 'extensions',
                'network-ip-availabilities')
-_PATH_RE = re.compile(r'^/v2\.0/(?P<what>[a-z/_-]+?)(?:\.json)?$')
+_PATH_RE = re.compile(r'^/v2\.0/(?P<what>[A-Za-z0-9/_-]+?)(?:\.json)?$')
 _GROUP_NS = uuid.UUID('3a7e7a52-0d4c-4b53-9a3e-6f1b0f2a3c11')
 
 

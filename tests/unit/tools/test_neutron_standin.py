@@ -50,6 +50,10 @@ class StandinTestCase(testtools.TestCase):
         self.assertEqual({'networks': []}, self.call('/v2.0/networks.json'))
         self.assertEqual({'extensions': []}, self.call('/v2.0/extensions'))
 
+    def test_quotas_unlimited(self):
+        quota = self.call('/v2.0/quotas/13732b21f43645c7877eeb48287dd2e0')
+        self.assertEqual(-1, quota['quota']['port'])
+
     def test_default_security_group_per_project(self):
         one = self.call('/v2.0/security-groups?tenant_id=p1&name=default')
         two = self.call('/v2.0/security-groups?tenant_id=p2')
