@@ -12,16 +12,19 @@
 
 """Real tempest against the box: the volume API tests on our drivers.
 
-``tempest.api.volume`` and ``cinder_tempest_plugin.api.volume``.
+``tempest.api.volume``, ``cinder_tempest_plugin.api.volume`` and
+``tempest.api.compute.volumes``.
 
-Starts ``tools/stack.sh up --keystone --glance --db mariadb`` in its own
-state directory (unless ``--state-dir`` names a running box with both),
-uploads a small raw image through Glance, writes a tempest workspace there
-(``tempest init``, a ``tempest.conf`` made from the box: the admin account
-for dynamic credentials, the block-storage and image catalog entries, that
-image as ``image_ref``, every other service off), and runs::
+Starts ``tools/stack.sh up --nova`` (Keystone, Glance, MariaDB, Nova on
+its fake virt driver, placement, the networking stand-in) in its own
+state directory (unless ``--state-dir`` names such a running box),
+uploads two small raw images through Glance, writes a tempest workspace
+there (``tempest init``, a ``tempest.conf`` made from the box: the admin
+account for dynamic credentials, the catalog, the images and the box's
+flavors, Neutron and validation off), and runs::
 
-    tempest run --regex '^(tempest|cinder_tempest_plugin)\\.api\\.volume'
+    tempest run --regex '^(tempest|cinder_tempest_plugin)\\.api\\.volume|
+                         ^tempest\\.api\\.compute\\.volumes'
         --exclude-list tools/tempest-exclude.txt
 
 Every excluded test is listed with its reason in
@@ -53,6 +56,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from cinder_forcedetach.tools import nova_box  # noqa: E402
 from cinder_forcedetach.tools import stack as stack_mod  # noqa: E402
 from tests import fakes  # noqa: E402
 
@@ -61,12 +65,13 @@ EXCLUDE = os.path.join(REPO, 'tools', 'tempest-exclude.txt')
 SKIPS = os.path.join(REPO, 'tools', 'tempest-skips.txt')
 SKIP_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?)(?:\[\S*\])?)'
                        r'(?: \[[\d.]+s\])? \.\.\. SKIPPED', re.MULTILINE)
-DEFAULT_REGEX = r'^(tempest|cinder_tempest_plugin)\.api\.volume'
+DEFAULT_REGEX = (r'^(tempest|cinder_tempest_plugin)\.api\.volume|'
+                 r'^tempest\.api\.compute\.volumes')
 
 
 def box_env(state):
     """The environment of a fresh box on free loopback ports."""
-    return fakes.box_env(state, keystone=True, glance=True, db='mariadb')
+    return fakes.box_env(state, nova=True)
 
 
 def upload_image(box):
@@ -75,7 +80,7 @@ def upload_image(box):
                              visibility='public')
 
 
-def write_conf(state, workspace, image_id):
+def write_conf(state, workspace, image_id, image_alt_id):
     """tempest.conf from the running box (stack.json, secrets.json)."""
     with open(os.path.join(state, 'stack.json')) as f:
         info = json.load(f)
@@ -93,10 +98,21 @@ def write_conf(state, workspace, image_id):
     conf['identity'] = {'uri_v3': keystone, 'auth_version': 'v3',
                         'region': stack_mod.REGION}
     conf['identity-feature-enabled'] = {'api_v2': 'False'}
-    conf['compute'] = {'image_ref': image_id}
+    flavor, flavor_alt = [f[1] for f in nova_box.FLAVORS]
+    conf['compute'] = {'image_ref': image_id, 'image_ref_alt': image_alt_id,
+                       'flavor_ref': flavor, 'flavor_ref_alt': flavor_alt,
+                       'region': stack_mod.REGION, 'build_timeout': '180',
+                       'min_compute_nodes': '1',
+                       'max_microversion': 'latest'}
+    # Nova's fake virt driver: no console, no guest to reach over SSH.
+    conf['compute-feature-enabled'] = {
+        'console_output': 'False', 'attach_encrypted_volume': 'False',
+        'volume_multiattach': 'False', 'shelve': 'True',
+        'interface_attach': 'False', 'vnc_console': 'False'}
+    conf['validation'] = {'run_validation': 'False'}
     conf['service_available'] = {
-        'cinder': 'True', 'glance': 'True', 'nova': 'False',
-        'neutron': 'False', 'swift': 'False', 'placement': 'False'}
+        'cinder': 'True', 'glance': 'True', 'nova': 'True',
+        'neutron': 'False', 'swift': 'False', 'placement': 'True'}
     conf['volume'] = {
         'catalog_type': 'block-storage', 'region': stack_mod.REGION,
         'storage_protocol': 'iSCSI', 'vendor_name': 'Open Source',
@@ -160,7 +176,8 @@ def main(argv=None):
                             workspace], check=True, capture_output=True)
         box = stack_mod.Stack(stack_mod.Settings(argparse.Namespace(
             state_dir=state)))
-        conf = write_conf(state, workspace, upload_image(box))
+        conf = write_conf(state, workspace, upload_image(box),
+                          upload_image(box))
         started = time.monotonic()
         run = subprocess.run(
             [os.path.join(venv_bin, 'tempest'), 'run', '--config-file', conf,

@@ -25,7 +25,12 @@ tests:
   Cinder reaches it through its ordinary ``[nova] token_auth_url`` client
   code.  Requests that Nova makes with a service token are sent with the
   ``X-Service-Roles`` header, which is what keystonemiddleware sets after
-  validating a service token (this API runs with ``noauth``).
+  validating a service token (this API runs with ``noauth``).  Where real
+  Nova serves the same flow (the detach guard, shelve-offload and
+  unshelve, volume-backed rebuild), ``test_stack_nova`` runs it through
+  Nova 34 instead; what stays here needs a hook real Nova does not give
+  (five force-detach use cases with states Nova cannot be put in, backend
+  call spies, failing image copies).
 * :class:`ImageServer` serves image files over HTTP (with byte ranges, as
   qemu-img's curl driver needs), and :class:`tests.fakes.FakeImageService`
   on it is plugged in where Cinder looks up its image service
@@ -55,7 +60,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import urllib.parse
 import uuid
 
@@ -227,14 +231,6 @@ class MiniNova(_Server):
     @property
     def token_auth_url(self):
         return self.url + '/identity/v3'
-
-    def wait_for_event(self, name, timeout=20):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(e.get('name') == name for e in self.events):
-                return
-            time.sleep(0.05)
-        raise AssertionError('Nova got no %s event' % name)
 
 
 class _ImageHandler(_QuietHandler):
@@ -612,31 +608,6 @@ class ForceDetachUseCasesTestCase(ApiFlowTestCase):
 class ShelvedOffloadedTestCase(ApiFlowTestCase):
     """Attachments without a connector: 'reserved', no backend call."""
 
-    def test_reserve_without_connector_then_attach_on_unshelve(self):
-        calls = self.spy('create_export', 'initialize_connection',
-                         'terminate_connection', 'remove_export')
-        vol_id = self.create_volume()['id']
-        inst = str(uuid.uuid4())
-
-        att = self.reserve(vol_id, inst)
-
-        self.assertEqual('reserved', att['status'])
-        self.assertEqual('reserved', self.api.get_volume(vol_id)['status'])
-        self.assertIn(att.get('connection_info'), (None, {}))
-        self.assertEqual([], calls)
-        self.assert_no_target(vol_id)
-
-        # Unshelve on a host: the update with a connector exports.
-        att = self.update_attachment(att['id'], 'compute3')
-        state = self.target_state(vol_id)
-        self.assertIsNotNone(state)
-        self.assertEqual([base.initiator_name('compute3')], state.acls)
-        self.assertEqual(['create_export', 'initialize_connection'], calls)
-        self.complete(att['id'])
-        self.assertEqual('in-use', self.api.get_volume(vol_id)['status'])
-        self.assertTrue(self.login(att['connection_info'],
-                                   'compute3').write(0x21))
-
     def test_delete_reserved_attachment_touches_no_backend(self):
         vol_id = self.create_volume()['id']
         att = self.reserve(vol_id, str(uuid.uuid4()))
@@ -706,28 +677,6 @@ class ReimageTestCase(ApiFlowTestCase):
     def volume_head(self, vol_id, length=MiB):
         with open(self.driver.local_path(self.db_volume(vol_id)), 'rb') as f:
             return f.read(length)
-
-    def test_rebuild_volume_backed_server(self):
-        vol_id, old, new_att, inst = self.rebuild_until_reimage(
-            self.new_image)
-
-        vol = self.wait_volume(vol_id, ('reserved', 'error'))
-        self.assertEqual('reserved', vol['status'])
-        self.nova.wait_for_event('volume-reimaged')  # as Nova does
-        self.assertEqual([{'name': 'volume-reimaged', 'server_uuid': inst,
-                           'tag': vol_id}],
-                         [{k: e[k] for k in ('name', 'server_uuid', 'tag')}
-                          for e in self.nova.events])
-        self.assertEqual(self.new_image,
-                         vol['volume_image_metadata']['image_id'])
-
-        att = self.update_attachment(new_att['id'], 'compute1')
-        self.complete(att['id'])
-        self.assertEqual('in-use', self.api.get_volume(vol_id)['status'])
-        self.assert_filled(self.volume_head(vol_id)[8192:], 0xb7)
-        session = self.login(att['connection_info'], 'compute1')
-        self.assertTrue(session.read(0xb7, offset=8192, length=MiB - 8192),
-                        'the volume does not hold the new image')
 
     def test_too_large_image_puts_volume_in_error(self):
         # Glance may not know the virtual size; the driver checks it.
@@ -819,26 +768,6 @@ class MultiattachTestCase(ApiFlowTestCase):
 
 class ServiceTokenGuardTestCase(ApiFlowTestCase):
     """Cinder's bug-2004555 guard, as a deployment with Nova sees it."""
-
-    def test_guard(self):
-        vol_id, att, inst, session = self.live_volume()
-        before = self.db_state(vol_id)
-
-        # An operator without a service token, while Nova uses it: 409.
-        self.force_detach(vol_id, expect=409)
-        self.delete_attachment(att['id'], service=False, expect=409)
-        self.request('POST', '/volumes/%s/action' % vol_id,
-                     {'os-detach': {'attachment_id': att['id']}},
-                     expect=409)
-        self.assertIn((inst, vol_id), self.nova.lookups)
-        self.assertEqual(before, self.db_state(vol_id))
-        self.assertIsNotNone(self.target_state(vol_id))
-        self.assertTrue(session.write(0x5a, offset=4096))
-
-        # Nova (service token) may.
-        self.force_detach(vol_id, service=True)
-        self.assert_detached(vol_id)
-        self.assert_fenced(session)
 
     def test_guard_multiattach_needs_service_token(self):
         vol_id = self.create_volume(

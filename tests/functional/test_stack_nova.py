@@ -170,6 +170,24 @@ class NovaBoxTestCase(testtools.TestCase):
                 return True, sorted(re.findall(r'^\s+(\S+)$', acl, re.M))
         return False, []
 
+    def compute_session(self, vol_id):
+        """The compute host's initiator, logged in with Nova's attachment.
+
+        Nova's fake driver never connects; this qemu-io session with the
+        compute's initiator name and the attachment's CHAP account is the
+        host the volume is exported to.
+        """
+        [att] = [a for a in self.attachments(vol_id)
+                 if a['status'] == 'attached']
+        info = att['connection_info']
+        host = cfd_fixtures.QemuIoInitiator(
+            info['target_portal'], info['target_iqn'], BOX_IQN,
+            info['auth_username'], info['auth_password'],
+            lun=info['target_lun'])
+        self.addCleanup(host.close)
+        self.assertIsNotNone(host.opened, host.output)
+        return host
+
     def manage(self, *args):
         """nova-manage on the compute host, its JSON answer."""
         res = run([os.path.join(self.box.info['venv'], 'bin', 'nova-manage'),
@@ -208,6 +226,8 @@ class NovaBoxTestCase(testtools.TestCase):
         self.addCleanup(self.delete_server, server_id)
         self.settled(server_id)
         self.assertEqual((True, [BOX_IQN]), self.target(vol_id))
+        host = self.compute_session(vol_id)
+        self.assertTrue(host.write(0x4e, offset=4096))
         res = self.shell(printed('Its attachments:'))
         self.assertIn(vol_id, res.stdout)
 
@@ -217,12 +237,14 @@ class NovaBoxTestCase(testtools.TestCase):
         self.assertEqual(3, res.returncode, res.stderr)
         self.assertIn('ConflictNovaUsingAttachment', res.stderr)
         self.assertEqual((True, [BOX_IQN]), self.target(vol_id))
+        self.assertTrue(host.read(0x4e, offset=4096))
 
         service = [t for t in lines if t.startswith('Force-detach the volume '
                                                     'while Nova holds it')][0]
         res = self.shell(printed(service).replace('VOLUME_ID', vol_id))
         self.assertEqual(0, res.returncode, res.stderr)
         self.assertEqual((False, []), self.target(vol_id))
+        self.assertNotEqual(True, host.write(0x4f, offset=4096, timeout=3))
         self.assertEqual('available', self.volume(vol_id)['status'])
         self.assertEqual([], self.attachments(vol_id))
         self.assertEqual({vol_id}, self.nova_volumes(server_id))
@@ -300,11 +322,14 @@ class NovaBoxTestCase(testtools.TestCase):
         first = self.new_volume('shelve-first')
         second = self.new_volume('shelve-second')
         server_id = self.boot('shelve', boot_id)
+        before = self.compute_session(boot_id)
+        self.assertTrue(before.write(0x61, offset=4096))
         self.nova('POST', '/servers/%s/action' % server_id, {'shelve': None})
         self.settled(server_id, 'SHELVED_OFFLOADED')
         reserved = self.attachments(boot_id)
         self.assertEqual(['reserved'], [a['status'] for a in reserved])
         self.assertEqual((False, []), self.target(boot_id))
+        self.assertNotEqual(True, before.read(0x61, offset=4096, timeout=3))
 
         self.attach(server_id, first)
         [att] = self.attachments(first)
@@ -327,6 +352,7 @@ class NovaBoxTestCase(testtools.TestCase):
             self.assertTrue(att['connection_info'])
             self.assertEqual((True, [BOX_IQN]), self.target(vol_id))
         self.assertEqual({boot_id, first}, self.nova_volumes(server_id))
+        self.assertTrue(self.compute_session(boot_id).read(0x61, offset=4096))
 
     # -- volume-backed rebuild -------------------------------------------
 
@@ -334,6 +360,7 @@ class NovaBoxTestCase(testtools.TestCase):
         """Rebuild (2.93) runs Cinder's os-reimage through our driver."""
         boot_id = self.new_volume('rebuild-boot', self.box_image())
         server_id = self.boot('rebuild', boot_id)
+        old = self.compute_session(boot_id)
         new_image = b'cinder-forcedetach rebuild\n'.ljust(3 << 20, b'\x5a')
         image_id = self.box.glance_upload('rebuild-image', new_image)
         self.nova('POST', '/servers/%s/action' % server_id,
@@ -342,12 +369,16 @@ class NovaBoxTestCase(testtools.TestCase):
                   self.server(server_id)['status'] != 'ACTIVE',
                   'the rebuild to start', timeout=30)
         self.settled(server_id)
+        # Nova's detach of the old attachment ended the old session.
+        self.assertNotEqual(True, old.read(0, timeout=3))
         path = os.path.join(self.state, 'volumes', 'tgt', 'volume-' + boot_id)
         with open(path, 'rb') as f:
             self.assertEqual(new_image, f.read(len(new_image)))
         self.assertEqual(image_id, self.volume(boot_id)[
             'volume_image_metadata']['image_id'])
         self.assertEqual((True, [BOX_IQN]), self.target(boot_id))
+        self.assertTrue(self.compute_session(boot_id).read(
+            0x5a, offset=len(new_image) - 4096))
 
     # -- nova-manage volume_attachment -----------------------------------
 
