@@ -159,13 +159,16 @@ class LiveClient(object):
                 pass
 
     def wait_closed(self, timeout=10):
-        """Wait for it to exit; killed if it takes longer than *timeout*."""
-        if self.proc.poll() is None:
-            self._read_until('CLOSED', timeout)
-            try:
-                self.proc.wait(timeout=max(0.1, timeout))
-            except subprocess.TimeoutExpired:
-                pass
+        """Wait for it to exit; killed if it takes longer than *timeout*.
+
+        Its last lines are read even when it has exited already: the pipe
+        still holds them.
+        """
+        self._read_until('CLOSED', timeout)
+        try:
+            self.proc.wait(timeout=max(0.1, timeout))
+        except subprocess.TimeoutExpired:
+            pass
         self.kill()
 
     def kill(self):
