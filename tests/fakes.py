@@ -119,15 +119,18 @@ def free_tgtd_control_port(low=100, high=9999):
     raise RuntimeError('no free tgtd control port')
 
 
-def box_env(state, keystone=False, glance=False, db=None, nova=False):
+def box_env(state, keystone=False, glance=False, db=None, nova=False,
+            ceph=False, etcd=False):
     """The environment of a fresh ``tools/stack.sh`` box on free ports.
 
-    No ``OS_*`` or ``CINDER*`` variable of the caller leaks into it.
+    Each port P has P+1 free too (rabbit, etcd and Ceph use a neighbour),
+    below the ephemeral range: other tests' outgoing connections cannot
+    take them before the box's daemons bind.  No ``OS_*`` or ``CINDER*``
+    variable of the caller leaks into it.
     """
-    names = ['API', 'RABBIT', 'EPMD', 'ISCSI']
+    names = ['API', 'RABBIT', 'EPMD', 'ISCSI', 'DB']
     flags = {'STACK_DIR': state}
     if db:
-        names.append('DB')
         flags['STACK_DB'] = db
     if keystone:
         names.append('KEYSTONE')
@@ -136,15 +139,21 @@ def box_env(state, keystone=False, glance=False, db=None, nova=False):
         names.append('GLANCE')
         flags['STACK_GLANCE'] = '1'
     if nova:
-        names += ['DB', 'KEYSTONE', 'GLANCE', 'NOVA', 'PLACEMENT', 'NEUTRON']
+        names += ['KEYSTONE', 'GLANCE', 'NOVA', 'PLACEMENT', 'NEUTRON']
         flags['STACK_NOVA'] = '1'
+    if ceph:
+        names.append('CEPH_MON')
+    if etcd:
+        names.append('ETCD')
+        flags['STACK_COORDINATION'] = 'etcd'
     names = sorted(set(names))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(('OS_', 'CINDER'))}
     env.update(flags)
     for name, port in zip(names, free_tcp_ports(len(names), span=2,
                                                 below_ephemeral=True)):
-        env['STACK_%s_PORT' % name] = str(port)
+        # The monitor's msgr v1 port; v2 takes the one below.
+        env['STACK_%s_PORT' % name] = str(port + (name == 'CEPH_MON'))
     env['STACK_TGT_CONTROL_PORT'] = str(free_tgtd_control_port())
     return env
 

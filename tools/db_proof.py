@@ -63,12 +63,8 @@ class Box(tc.ClusterBox):
 
     def __init__(self, db):
         super(Box, self).__init__()
-        api, rabbit, epmd, iscsi, dbport = fakes.free_tcp_ports(
-            5, span=2, below_ephemeral=True)
+        self.env.update(fakes.box_env(self.state, db=db))
         self.env.update({
-            'STACK_API_PORT': str(api), 'STACK_RABBIT_PORT': str(rabbit),
-            'STACK_EPMD_PORT': str(epmd), 'STACK_ISCSI_PORT': str(iscsi),
-            'STACK_DB_PORT': str(dbport), 'STACK_DB': db,
             'STACK_COORDINATION': 'file', 'STACK_VOLUME_SERVICES': '1',
             'STACK_GLANCE': '0',
             'STACK_BACKENDS': 'tgt'})

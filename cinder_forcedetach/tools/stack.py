@@ -27,9 +27,9 @@ recycled pid is never signalled):
 * with an RBD backend, a single-node Ceph (``tools/ceph-dev.sh``, cluster
   directory ``STATE/ceph``, monitor on the stack's address; its own pid
   records; ``down`` stops it after the Cinder services);
-* with ``--db mariadb``, ``mariadbd`` (own port, socket and data
-  directory, a ``cinder`` user whose random password is kept in
-  ``STATE/secrets.json``); with ``--coordination etcd``, ``etcd``;
+* ``mariadbd`` (own port, socket and data directory, a ``cinder`` user
+  whose random password is kept in ``STATE/secrets.json``), unless ``--db
+  sqlite``; with ``--coordination etcd``, ``etcd``;
 * with ``--keystone``, ``keystone-api`` (PyPI keystone under gunicorn,
   fernet tokens, its database in the stack's MariaDB or SQLite; an
   ``admin`` and a ``cinder`` service user, the block-storage catalog) and
@@ -45,7 +45,7 @@ recycled pid is never signalled):
   ``nova-compute`` after it, two flavors and the compute host mapped;
 * ``cinder-manage db sync``, then ``cinder-scheduler``, the
   ``cinder-volume`` service(s) and ``cinder-api`` from the venv with a
-  generated ``STATE/cinder.conf`` (noauth, SQLite or MariaDB, the local
+  generated ``STATE/cinder.conf`` (noauth, MariaDB or SQLite, the local
   rabbit, file or etcd tooz coordination, one backend section per
   ``STACK_BACKENDS`` entry).
 
@@ -76,9 +76,10 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
                            options, e.g. for an RBD backend)
 ``STACK_PROJECT_ID``       noauth project id, hex [random, kept]
 ``STACK_TIMEOUT``          readiness timeout in seconds [120]
-``STACK_DB``               ``sqlite`` or ``mariadb`` (a project-started
-                           ``mariadbd``, data under ``STATE/mariadb``)
-                           [sqlite]
+``STACK_DB``               ``mariadb`` (a project-started ``mariadbd``,
+                           data under ``STATE/mariadb``) or ``sqlite``
+                           (one file several services write: "database
+                           is locked" under load) [mariadb]
 ``STACK_DB_PORT``          MariaDB port [33306]
 ``STACK_COORDINATION``     ``file`` or ``etcd`` (a project-started
                            single-member etcd, data under ``STATE/etcd``;
@@ -342,7 +343,7 @@ class Settings(object):
         self.timeout = getattr(args, 'timeout', None) or _int_env(
             'STACK_TIMEOUT', 120)
         self.debug = env('STACK_DEBUG', '') in ('1', 'true', 'yes')
-        self.db = getattr(args, 'db', None) or env('STACK_DB', 'sqlite')
+        self.db = getattr(args, 'db', None) or env('STACK_DB', 'mariadb')
         self.db_port = getattr(args, 'db_port', None) or _int_env(
             'STACK_DB_PORT', 33306)
         self.coordination = getattr(args, 'coordination', None) or env(
@@ -1717,7 +1718,7 @@ def build_parser():
                 'placement-port', 'neutron-port', 'timeout'):
         up.add_argument('--' + opt, type=int)
     up.add_argument('--db', choices=DB_KINDS,
-                    help='the database of every service [sqlite]')
+                    help='the database of every service [mariadb]')
     up.add_argument('--coordination', choices=COORDINATION_KINDS,
                     help="tooz locks: files or a project-started etcd "
                          "[file]")

@@ -111,28 +111,17 @@ class ClusterBox(object):
 
     def __init__(self):
         self.state = tempfile.mkdtemp(prefix='cfd-cluster-')
-        api, rabbit, epmd, iscsi, db, etcd, glance = fakes.free_tcp_ports(
-            7, span=2, below_ephemeral=True)
         extra = os.path.join(self.state, 'extra.conf')
         with open(extra, 'w') as f:
             # A call whose volume service died answers within this time.
             f.write('[DEFAULT]\nrpc_response_timeout = 30\n'
                     # The tests and the soak create many volumes.
                     'quota_volumes = 200\nquota_gigabytes = 2000\n')
-        self.env = dict(os.environ)
-        for var in ('CINDER_ENDPOINT', 'OS_AUTH_TYPE', 'OS_PROJECT_ID',
-                    'OS_USER_ID', 'OS_VOLUME_API_VERSION'):
-            self.env.pop(var, None)
+        self.env = fakes.box_env(self.state, glance=True, db='mariadb',
+                                 etcd=True)
         self.env.update({
-            'STACK_DIR': self.state,
-            'STACK_API_PORT': str(api), 'STACK_RABBIT_PORT': str(rabbit),
-            'STACK_EPMD_PORT': str(epmd), 'STACK_ISCSI_PORT': str(iscsi),
-            'STACK_DB_PORT': str(db), 'STACK_ETCD_PORT': str(etcd),
-            'STACK_TGT_CONTROL_PORT': str(fakes.free_tgtd_control_port()),
             'STACK_BACKENDS': 'tgt=' + DRIVER,
-            'STACK_DB': 'mariadb', 'STACK_COORDINATION': 'etcd',
             'STACK_VOLUME_SERVICES': '2',
-            'STACK_GLANCE': '1', 'STACK_GLANCE_PORT': str(glance),
             'STACK_EXTRA_CONF': extra,
             # The volume services import the faulty driver from the tree.
             'PYTHONPATH': REPO + (':' + os.environ['PYTHONPATH']

@@ -71,20 +71,7 @@ class StackSmokeTestCase(testtools.TestCase):
     def setUp(self):
         super(StackSmokeTestCase, self).setUp()
         self.state = tempfile.mkdtemp(prefix='cfd-stack-')
-        self.env = dict(os.environ)
-        # P and P+1 free, below the ephemeral range: other tests' outgoing
-        # connections cannot take them before the stack's daemons bind.
-        api, rabbit, epmd, iscsi, ceph = fakes.free_tcp_ports(
-            5, span=2, below_ephemeral=True)
-        self.env.update({
-            'STACK_DIR': self.state,
-            'STACK_API_PORT': str(api),
-            'STACK_RABBIT_PORT': str(rabbit),
-            'STACK_EPMD_PORT': str(epmd),
-            'STACK_ISCSI_PORT': str(iscsi),
-            'STACK_TGT_CONTROL_PORT': str(fakes.free_tgtd_control_port()),
-            'STACK_CEPH_MON_PORT': str(ceph + 1),
-        })
+        self.env = fakes.box_env(self.state, ceph=True)
         self.with_ceph = _venv_has_ceph()
         if self.with_ceph:
             self.env['STACK_BACKENDS'] = 'tgt,rbd'
@@ -148,8 +135,8 @@ class StackSmokeTestCase(testtools.TestCase):
         self.assertIn('OS_AUTH_TYPE=noauth', create)
         procs = self.recorded_processes()
         self.assertEqual(
-            {'epmd', 'rabbitmq', 'tgtd', 'cinder-scheduler', 'cinder-volume',
-             'cinder-api'},
+            {'epmd', 'rabbitmq', 'mariadb', 'tgtd', 'cinder-scheduler',
+             'cinder-volume', 'cinder-api'},
             {name for name, _p, _s in procs if ' ' not in name})
 
         status = self.stack('status')

@@ -47,19 +47,7 @@ class KeystoneBoxTestCase(testtools.TestCase):
     def setUp(self):
         super(KeystoneBoxTestCase, self).setUp()
         self.state = tempfile.mkdtemp(prefix='cfd-keystone-')
-        api, rabbit, epmd, iscsi, keystone = fakes.free_tcp_ports(
-            5, span=2, below_ephemeral=True)
-        self.env = dict(os.environ)
-        for var in list(self.env):
-            if var.startswith('OS_') or var.startswith('CINDER'):
-                del self.env[var]
-        self.env.update({
-            'STACK_DIR': self.state, 'STACK_KEYSTONE': '1',
-            'STACK_API_PORT': str(api), 'STACK_RABBIT_PORT': str(rabbit),
-            'STACK_EPMD_PORT': str(epmd), 'STACK_ISCSI_PORT': str(iscsi),
-            'STACK_KEYSTONE_PORT': str(keystone),
-            'STACK_TGT_CONTROL_PORT': str(fakes.free_tgtd_control_port()),
-        })
+        self.env = fakes.box_env(self.state, keystone=True)
         self.outputs = []
         self.addCleanup(shutil.rmtree, self.state, True)
         self.addCleanup(self.stack, 'down')
