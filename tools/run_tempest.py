@@ -69,9 +69,11 @@ DEFAULT_REGEX = (r'^(tempest|cinder_tempest_plugin)\.api\.volume|'
                  r'^tempest\.api\.compute\.volumes')
 
 
-def box_env(state):
-    """The environment of a fresh box on free loopback ports."""
-    return fakes.box_env(state, nova=True)
+def box_env(state, backend):
+    """A fresh --nova box on free loopback ports, on *backend*."""
+    env = fakes.box_env(state, nova=True, ceph=backend == 'rbd')
+    env['STACK_BACKENDS'] = backend
+    return env
 
 
 def upload_image(box):
@@ -88,6 +90,8 @@ def write_conf(state, workspace, image_id, image_alt_id):
         password = json.load(f)['admin_password']
     keystone = 'http://%s:%d/v3' % (info['host'], info['keystone_port'])
     backends = [name for name, _driver in info['backends']]
+    rbd = all(driver == stack_mod.RBD_DRIVER
+              for _name, driver in info['backends'])
     conf = configparser.RawConfigParser()
     conf['DEFAULT'] = {'log_dir': workspace, 'log_file': 'tempest.log'}
     conf['auth'] = {
@@ -115,12 +119,14 @@ def write_conf(state, workspace, image_id, image_alt_id):
         'neutron': 'False', 'swift': 'False', 'placement': 'True'}
     conf['volume'] = {
         'catalog_type': 'block-storage', 'region': stack_mod.REGION,
-        'storage_protocol': 'iSCSI', 'vendor_name': 'Open Source',
+        'storage_protocol': 'ceph' if rbd else 'iSCSI',
+        'vendor_name': 'Open Source',
         'backend_names': ','.join(backends), 'build_timeout': '180',
         'max_microversion': 'latest'}
     conf['volume-feature-enabled'] = {
         'multi_backend': str(len(backends) > 1), 'backup': 'False',
-        'manage_volume': 'False', 'manage_snapshot': 'False',
+        # Upstream's RBD driver manages existing images; ours inherits it.
+        'manage_volume': str(rbd), 'manage_snapshot': str(rbd),
         'extend_attached_volume': 'False', 'volume_revert': 'True'}
     path = os.path.join(workspace, 'etc', 'tempest.conf')
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -148,24 +154,23 @@ def unlisted_skips(output):
     return sorted(skipped - listed)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog='tools/run_tempest.py')
-    parser.add_argument('--regex', default=DEFAULT_REGEX)
-    parser.add_argument('--concurrency', type=int, default=2)
-    parser.add_argument('--state-dir', help='a running --keystone box')
-    parser.add_argument('--keep', action='store_true')
-    args = parser.parse_args(argv)
+def run_one(args, backend, state_dir=None):
+    """One box on *backend* (or the running box in *state_dir*), one run.
+
+    Returns (ran, passed, skipped, failed, seconds, ok).
+    """
     venv_bin = os.path.join(REPO, '.venv', 'bin')
-    own_box = not args.state_dir
-    state = args.state_dir or tempfile.mkdtemp(prefix='cfd-tempest-')
-    env = box_env(state) if own_box else dict(os.environ, STACK_DIR=state)
+    own_box = not state_dir
+    state = state_dir or tempfile.mkdtemp(prefix='cfd-tempest-%s-' % backend)
+    env = (box_env(state, backend) if own_box else
+           dict(os.environ, STACK_DIR=state))
     try:
         if own_box:
             up = subprocess.run([STACK_SH, 'up'], env=env,
                                 capture_output=True, text=True, timeout=900)
             if up.returncode:
                 sys.stderr.write(up.stderr[-3000:])
-                return 1
+                return 0, 0, 0, 0, 0, False
         workspace = os.path.join(state, 'tempest')
         if not os.path.isdir(workspace):
             # Its own workspace registry: tempest refuses a second
@@ -192,14 +197,35 @@ def main(argv=None):
         for test_id in unlisted:
             print('tempest: skipped, with no reason in %s: %s' % (
                 os.path.relpath(SKIPS, REPO), test_id))
-        print('tempest: ran %d, passed %d, skipped %d, failed %d (%d s)' % (
-            ran, passed, skipped, failed, seconds), flush=True)
-        return 0 if (run.returncode == 0 and not failed and ran and
-                     not unlisted) else 1
+        print('tempest[%s]: ran %d, passed %d, skipped %d, failed %d (%d s)'
+              % (backend, ran, passed, skipped, failed, seconds), flush=True)
+        ok = run.returncode == 0 and not failed and ran and not unlisted
+        return ran, passed, skipped, failed, seconds, ok
     finally:
         if own_box and not args.keep:
             subprocess.run([STACK_SH, 'down', '--purge'], env=env,
                            capture_output=True, timeout=300)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='tools/run_tempest.py')
+    parser.add_argument('--regex', default=DEFAULT_REGEX)
+    parser.add_argument('--concurrency', type=int, default=2)
+    parser.add_argument('--backends', default='tgt,rbd',
+                        help='one box and one run per backend [tgt,rbd]')
+    parser.add_argument('--state-dir', help='a running --nova box (its '
+                        'backends; --backends is then ignored)')
+    parser.add_argument('--keep', action='store_true')
+    args = parser.parse_args(argv)
+    if args.state_dir:
+        runs = [run_one(args, 'box', args.state_dir)]
+    else:
+        runs = [run_one(args, backend)
+                for backend in args.backends.split(',')]
+    total = [sum(r[i] for r in runs) for i in range(5)]
+    print('tempest: ran %d, passed %d, skipped %d, failed %d (%d s)' %
+          tuple(total), flush=True)
+    return 0 if all(r[5] for r in runs) else 1
 
 
 if __name__ == '__main__':

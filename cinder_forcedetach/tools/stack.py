@@ -543,6 +543,9 @@ class Stack(nova_box.NovaParts):
             if 'etcd' in procs:
                 self._start_etcd(procs['etcd'])
             self._start_tgtd(procs['tgtd'])
+            if self.uses_ceph():
+                # Before Glance, whose RBD store is on it.
+                self._start_ceph()
             if 'keystone-api' in procs:
                 self._start_keystone(procs['keystone-api'])
             if 'glance-api' in procs:
@@ -550,8 +553,6 @@ class Stack(nova_box.NovaParts):
             if 'placement-api' in procs:
                 self._start_placement(procs['placement-api'])
                 self._start_neutron_standin(procs['neutron-standin'])
-            if self.uses_ceph():
-                self._start_ceph()
             self._write_cinder_conf()
             self._db_sync()
             for name in self.cinder_names():
@@ -1035,6 +1036,14 @@ class Stack(nova_box.NovaParts):
         conf['database'] = {'connection': database}
         conf['glance_store'] = {'default_backend': 'box'}
         conf['box'] = {'filesystem_store_datadir': os.path.join(d, 'images')}
+        if self.uses_ceph():
+            # Images in the box's Ceph, where Cinder's RBD driver clones
+            # them (copy-on-write) instead of copying their bytes; the
+            # image's rbd:// location is shown to Cinder for that.
+            conf['DEFAULT'].update(enabled_backends='box:file,ceph:rbd',
+                                   show_image_direct_url='True')
+            conf['glance_store']['default_backend'] = 'ceph'
+            conf['ceph'] = self._glance_rbd_store(d)
         for store in ('staging', 'tasks'):
             conf['os_glance_%s_store' % store] = {
                 'filesystem_store_datadir': os.path.join(d, store)}
@@ -1072,6 +1081,22 @@ class Stack(nova_box.NovaParts):
             headers=dict(auth, **{'Content-Type': 'application/octet-stream'}))
         urllib.request.urlopen(req, timeout=120).close()
         return image_id
+
+    def _glance_rbd_store(self, directory):
+        """Glance's RBD store options: the images pool, as client.cinder.
+
+        Its own ceph.conf names the keyring (glance_store has no option
+        for it).
+        """
+        ceph = self.ceph_settings()
+        conf_path = os.path.join(directory, 'ceph.conf')
+        with open(ceph['CEPH_CONF']) as f:
+            text = f.read()
+        _write(conf_path, text + '\n[client.%s]\nkeyring = %s\n' % (
+            ceph['CEPH_USER'], ceph['CEPH_KEYRING']))
+        return {'rbd_store_pool': ceph['CEPH_IMAGES_POOL'],
+                'rbd_store_user': ceph['CEPH_USER'],
+                'rbd_store_ceph_conf': conf_path}
 
     def _start_glance(self, proc):
         if proc.alive():

@@ -52,14 +52,18 @@ def run(argv, env, timeout=900):
                           timeout=timeout)
 
 
-class NovaBoxTestCase(testtools.TestCase):
-    """Cinder's and Nova's own paths, end to end, with our driver."""
+class _NovaBoxTestCase(testtools.TestCase):
+    """One ``up --nova`` box on *BACKEND* for the class, and its helpers."""
+
+    BACKEND = 'tgt'
 
     @classmethod
     def setUpClass(cls):
-        super(NovaBoxTestCase, cls).setUpClass()
-        cls.state = tempfile.mkdtemp(prefix='cfd-nova-')
-        cls.env = fakes.box_env(cls.state, nova=True)
+        super(_NovaBoxTestCase, cls).setUpClass()
+        cls.state = tempfile.mkdtemp(prefix='cfd-nova-%s-' % cls.BACKEND)
+        cls.env = fakes.box_env(cls.state, nova=True,
+                                ceph=cls.BACKEND == 'rbd')
+        cls.env['STACK_BACKENDS'] = cls.BACKEND
         res = run([STACK_SH, 'up'], cls.env)
         cls.up_output = res.stdout + res.stderr
         if res.returncode:
@@ -77,7 +81,7 @@ class NovaBoxTestCase(testtools.TestCase):
     def tearDownClass(cls):
         run([STACK_SH, 'down'], cls.env)
         shutil.rmtree(cls.state, ignore_errors=True)
-        super(NovaBoxTestCase, cls).tearDownClass()
+        super(_NovaBoxTestCase, cls).tearDownClass()
 
     # -- helpers ----------------------------------------------------------
 
@@ -195,6 +199,36 @@ class NovaBoxTestCase(testtools.TestCase):
                   self.env, timeout=300)
         self.assertEqual(0, res.returncode, res.stderr[-3000:])
         return res.stdout
+
+    def stopped_with_data_volume(self, name):
+        """A server booted from a volume, a data volume attached, SHUTOFF.
+
+        ``nova-manage volume_attachment refresh`` wants it stopped.
+        Returns (server id, data volume id).
+        """
+        boot_id = self.new_volume(name + '-boot', self.box_image())
+        data_id = self.new_volume(name + '-data')
+        server_id = self.boot(name, boot_id)
+        self.attach(server_id, data_id)
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'os-stop': None})
+        self.settled(server_id, 'SHUTOFF')
+        return server_id, data_id
+
+    def refresh(self, server_id, vol_id):
+        """nova-manage get_connector, then refresh; (connector, new BDM)."""
+        connector = json.loads(self.manage('volume_attachment',
+                                           'get_connector', '--json'))
+        path = os.path.join(self.state, 'connector.json')
+        with open(path, 'w') as f:
+            json.dump(connector, f)
+        self.manage('volume_attachment', 'refresh', server_id, vol_id, path)
+        return connector, json.loads(self.manage(
+            'volume_attachment', 'show', server_id, vol_id, '--json'))
+
+
+class NovaBoxTestCase(_NovaBoxTestCase):
+    """Cinder's and Nova's own paths, end to end, with our tgt driver."""
 
     # -- the printed commands -------------------------------------------
 
@@ -393,13 +427,7 @@ class NovaBoxTestCase(testtools.TestCase):
         the compute's, and a libiscsi initiator with that name logs in
         through the new portal and reads the volume.
         """
-        boot_id = self.new_volume('refresh-boot', self.box_image())
-        data_id = self.new_volume('refresh-data')
-        server_id = self.boot('refresh', boot_id)
-        self.attach(server_id, data_id)
-        self.nova('POST', '/servers/%s/action' % server_id,
-                  {'os-stop': None})
-        self.settled(server_id, 'SHUTOFF')
+        server_id, data_id = self.stopped_with_data_volume('refresh')
         before = json.loads(self.manage('volume_attachment', 'show',
                                         server_id, data_id, '--json'))
         old_info = json.loads(before['connection_info'])
@@ -417,14 +445,7 @@ class NovaBoxTestCase(testtools.TestCase):
                                          STACK_SKIP_INSTALL='1'))
         self.assertEqual(0, res.returncode, res.stderr[-3000:])
 
-        connector = json.loads(self.manage('volume_attachment',
-                                           'get_connector', '--json'))
-        path = os.path.join(self.state, 'connector.json')
-        with open(path, 'w') as f:
-            json.dump(connector, f)
-        self.manage('volume_attachment', 'refresh', server_id, data_id, path)
-        after = json.loads(self.manage('volume_attachment', 'show',
-                                       server_id, data_id, '--json'))
+        connector, after = self.refresh(server_id, data_id)
         info = json.loads(after['connection_info'])['data']
         self.assertEqual('127.0.0.2:%d' % port, info['target_portal'])
         self.assertNotEqual(before['attachment_id'], after['attachment_id'])
@@ -439,3 +460,60 @@ class NovaBoxTestCase(testtools.TestCase):
         self.addCleanup(host.close)
         self.assertIsNotNone(host.opened, host.output)
         self.assertTrue(host.read(0, length=4096))
+
+
+class NovaRbdBoxTestCase(_NovaBoxTestCase):
+    """The same Nova on our RBD driver, Glance's images in the same Ceph."""
+
+    BACKEND = 'rbd'
+
+    def rbd_parent(self, vol_id):
+        """``pool/image@snap`` the volume's RBD image is cloned from."""
+        ceph = self.box.ceph_settings()
+        res = run(['rbd', '-c', ceph['CEPH_CONF'], '-k',
+                   ceph['CEPH_ADMIN_KEYRING'], 'info', '--format', 'json',
+                   '%s/volume-%s' % (ceph['CEPH_POOL'], vol_id)],
+                  self.env, timeout=60)
+        self.assertEqual(0, res.returncode, res.stderr)
+        parent = json.loads(res.stdout).get('parent')
+        return parent and '%(pool)s/%(image)s@%(snapshot)s' % parent
+
+    def test_boot_from_a_clone_then_rebuild_by_clone(self):
+        """Create from image and rebuild both take the copy-on-write path.
+
+        Glance's RBD store is in the box's Ceph: the boot volume is a
+        clone of the image's snapshot, and Nova's volume-backed rebuild
+        (2.93, os-reimage) makes it a clone of the new image.
+        """
+        image_id = self.box_image()
+        boot_id = self.new_volume('clone-boot', image_id)
+        pool = self.box.ceph_settings()['CEPH_IMAGES_POOL']
+        self.assertEqual('%s/%s@snap' % (pool, image_id),
+                         self.rbd_parent(boot_id))
+        server_id = self.boot('clone', boot_id)
+        new_id = self.box.glance_upload(
+            'rebuild-rbd', b'rbd rebuild\n'.ljust(2 << 20, b'\x6b'))
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'rebuild': {'imageRef': new_id}})
+        self.wait(lambda: self.volume(boot_id)['volume_image_metadata'][
+            'image_id'] == new_id, 'the reimage')
+        self.settled(server_id)
+        self.assertEqual('%s/%s@snap' % (pool, new_id),
+                         self.rbd_parent(boot_id))
+        self.assertEqual('in-use', self.volume(boot_id)['status'])
+
+    def test_volume_attachment_refresh_after_a_monitor_move(self):
+        """The refreshed connection_info names the monitor's new address."""
+        server_id, data_id = self.stopped_with_data_volume('mon')
+        before = json.loads(self.manage('volume_attachment', 'show',
+                                        server_id, data_id, '--json'))
+        old = json.loads(before['connection_info'])['data']
+        self.assertEqual(['127.0.0.1'], old['hosts'])
+        self.box.ceph('move-mon', '127.0.0.2')
+        self.addCleanup(self.box.ceph, 'move-mon', '127.0.0.1')
+        _connector, after = self.refresh(server_id, data_id)
+        new = json.loads(after['connection_info'])['data']
+        self.assertEqual(['127.0.0.2'], new['hosts'])
+        self.assertEqual(old['ports'], new['ports'])
+        self.assertEqual([after['attachment_id']],
+                         [a['id'] for a in self.attachments(data_id)])
