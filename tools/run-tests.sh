@@ -157,8 +157,8 @@ if [ -f tools/run_tempest.py ]; then
         echo "== tempest: not run (SKIP_TEMPEST=1 or a test filter)"
         tempest="; tempest: not run"
     else
-        echo "== tempest (tempest.api.volume on the box: keystone, glance," \
-             "MariaDB, our tgt driver)"
+        echo "== tempest (volume and compute volume tests on the --nova box:" \
+             "once on our tgt driver, once on our RBD driver)"
         python tools/run_tempest.py | tee "$work/tempest.out"
         tempest_rc=${PIPESTATUS[0]}
         line=$(grep '^tempest: ran' "$work/tempest.out" | tail -n 1)
