@@ -31,6 +31,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import uuid
 
 import testtools
 
@@ -100,6 +101,28 @@ class _NovaBoxTestCase(testtools.TestCase):
 
     def api(self, method, path, body=None):
         return self.box.api(method, path, body, version='3.70')
+
+    def api_as(self, token, method, path, body=None):
+        """A Cinder call with *token* (a user other than the admin)."""
+        return self.box.http_json(self.box.api_url() + path, method, body, {
+            'X-Auth-Token': token, 'OpenStack-API-Version': 'volume 3.70'})
+
+    def member_token(self):
+        """A token of a new user with the member role in the project."""
+        box, name = self.box, 'member-' + uuid.uuid4().hex[:8]
+        password = uuid.uuid4().hex
+        admin = box.keystone_token()
+        role = box._keystone_find(admin, 'roles', 'member',
+                                  {'name': 'member'})
+        user = box._keystone_find(admin, 'users', name, {
+            'name': name, 'domain_id': 'default', 'password': password})
+        box.keystone('PUT', '/projects/%s/users/%s/roles/%s' % (
+            box.info['project_id'], user, role), token=admin)
+        _s, headers, _b = box.keystone('POST', '/auth/tokens', {'auth': {
+            'identity': {'methods': ['password'], 'password': {'user': {
+                'id': user, 'password': password}}},
+            'scope': {'project': {'id': box.info['project_id']}}}})
+        return headers['X-Subject-Token']
 
     def nova(self, method, path, body=None):
         return self.box.nova(method, path, body, version=REBUILD_VERSION)
@@ -307,11 +330,14 @@ class NovaBoxTestCase(_NovaBoxTestCase):
         server_id = self.boot('rules', boot_id)
         self.attach(server_id, data_id)
         attachment = self.attachments(data_id)[0]['id']
-        for call in (('DELETE', '/attachments/' + attachment, None),
-                     ('POST', '/volumes/%s/action' % data_id,
-                      {'os-detach': {'attachment_id': attachment}})):
-            err = self.assertRaises(urllib.error.HTTPError, self.api, *call)
-            self.assertEqual(409, err.code)
+        member = self.member_token()
+        for token in (self.box.auth_token(), member):
+            for call in (('DELETE', '/attachments/' + attachment, None),
+                         ('POST', '/volumes/%s/action' % data_id,
+                          {'os-detach': {'attachment_id': attachment}})):
+                err = self.assertRaises(urllib.error.HTTPError,
+                                        self.api_as, token, *call)
+                self.assertEqual(409, err.code, err.read())
         self.assertEqual((True, [BOX_IQN]), self.target(data_id))
         # Nova's own detach (it sends its service token) tears it down.
         self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
