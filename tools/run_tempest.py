@@ -65,6 +65,7 @@ EXCLUDE = os.path.join(REPO, 'tools', 'tempest-exclude.txt')
 SKIPS = os.path.join(REPO, 'tools', 'tempest-skips.txt')
 SKIP_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?)(?:\[\S*\])?)'
                        r'(?: \[[\d.]+s\])? \.\.\. SKIPPED', re.MULTILINE)
+DEFAULT_BACKENDS = 'tgt,rbd'
 DEFAULT_REGEX = (r'^(tempest|cinder_tempest_plugin)\.api\.volume|'
                  r'^tempest\.api\.compute\.volumes')
 
@@ -145,19 +146,22 @@ def summary(output):
     return passed + skipped + failed, passed, skipped, failed
 
 
-def unlisted_skips(output):
-    """Ids tempest skipped that ``tools/tempest-skips.txt`` does not give."""
+def listed_skips():
+    """The ids ``tools/tempest-skips.txt`` gives a reason for."""
     with open(SKIPS) as f:
-        listed = {line.split('|')[0].strip() for line in f
-                  if line.strip() and not line.startswith('#')}
-    skipped = {a or b for a, b in SKIP_LINE.findall(output)}
-    return sorted(skipped - listed)
+        return {line.split('|')[0].strip() for line in f
+                if line.strip() and not line.startswith('#')}
+
+
+def skipped_ids(output):
+    """Ids (tests or classes) tempest skipped in *output*."""
+    return {a or b for a, b in SKIP_LINE.findall(output)}
 
 
 def run_one(args, backend, state_dir=None):
     """One box on *backend* (or the running box in *state_dir*), one run.
 
-    Returns (ran, passed, skipped, failed, seconds, ok).
+    Returns (ran, passed, skipped, failed, seconds, ok, skipped ids).
     """
     venv_bin = os.path.join(REPO, '.venv', 'bin')
     own_box = not state_dir
@@ -170,7 +174,7 @@ def run_one(args, backend, state_dir=None):
                                 capture_output=True, text=True, timeout=900)
             if up.returncode:
                 sys.stderr.write(up.stderr[-3000:])
-                return 0, 0, 0, 0, 0, False
+                return 0, 0, 0, 0, 0, False, set()
         workspace = os.path.join(state, 'tempest')
         if not os.path.isdir(workspace):
             # Its own workspace registry: tempest refuses a second
@@ -193,14 +197,15 @@ def run_one(args, backend, state_dir=None):
         seconds = time.monotonic() - started
         sys.stdout.write(run.stdout[-20000:])
         ran, passed, skipped, failed = summary(run.stdout)
-        unlisted = unlisted_skips(run.stdout)
+        skipped_here = skipped_ids(run.stdout)
+        unlisted = sorted(skipped_here - listed_skips())
         for test_id in unlisted:
             print('tempest: skipped, with no reason in %s: %s' % (
                 os.path.relpath(SKIPS, REPO), test_id))
         print('tempest[%s]: ran %d, passed %d, skipped %d, failed %d (%d s)'
               % (backend, ran, passed, skipped, failed, seconds), flush=True)
         ok = run.returncode == 0 and not failed and ran and not unlisted
-        return ran, passed, skipped, failed, seconds, ok
+        return ran, passed, skipped, failed, seconds, ok, skipped_here
     finally:
         if own_box and not args.keep:
             subprocess.run([STACK_SH, 'down', '--purge'], env=env,
@@ -211,7 +216,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog='tools/run_tempest.py')
     parser.add_argument('--regex', default=DEFAULT_REGEX)
     parser.add_argument('--concurrency', type=int, default=2)
-    parser.add_argument('--backends', default='tgt,rbd',
+    parser.add_argument('--backends', default=DEFAULT_BACKENDS,
                         help='one box and one run per backend [tgt,rbd]')
     parser.add_argument('--state-dir', help='a running --nova box (its '
                         'backends; --backends is then ignored)')
@@ -223,6 +228,12 @@ def main(argv=None):
         runs = [run_one(args, backend)
                 for backend in args.backends.split(',')]
     total = [sum(r[i] for r in runs) for i in range(5)]
+    if (not args.state_dir and args.regex == DEFAULT_REGEX and
+            args.backends == DEFAULT_BACKENDS):
+        for test_id in sorted(listed_skips() - set().union(
+                *(r[6] for r in runs))):
+            print('tempest: listed in %s but skipped by no run: %s' % (
+                os.path.relpath(SKIPS, REPO), test_id))
     print('tempest: ran %d, passed %d, skipped %d, failed %d (%d s)' %
           tuple(total), flush=True)
     return 0 if all(r[5] for r in runs) else 1
