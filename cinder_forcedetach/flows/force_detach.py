@@ -301,8 +301,11 @@ class RecordTeardownTask(flow_utils.CinderTask):
             raise exception.InvalidInput(reason=_(
                 'cannot record the teardown of volume %(vol)s, nothing was '
                 'revoked: %(err)s') % {'vol': volume.id, 'err': err})
-        volume.admin_metadata_update({fd_attachments.TEARDOWN_MARK: record},
-                                     False)
+        # Cinder's detach runs with the user's context (a member detaching
+        # a server's volume through Nova); admin metadata needs an admin.
+        with volume.obj_as_admin():
+            volume.admin_metadata_update(
+                {fd_attachments.TEARDOWN_MARK: record}, False)
 
 
 class NotifyTask(_DriverTask):

@@ -17,8 +17,9 @@ on Nova's fake virt driver), placement 16, Glance, Keystone and MariaDB
 around the box's Cinder and our tgt iSCSI driver.  Every volume call is
 Nova's own code.  What is not real, and why: the hypervisor (Nova's fake
 driver: servers exist only in Nova's database; its connector carries a
-valid initiator name of its own) and the network (a stand-in that
-answers Nova's reads with empty collections: servers boot with no NIC).
+valid initiator name of its own) and the network's data plane (Neutron
+is real, with no agent: the box's ML2 driver binds the ports; these
+servers boot with no NIC, tempest's boot on tenant networks).
 The kernel iSCSI initiator does not exist here, so the host side is a
 libiscsi initiator (qemu-io) where a test proves what a host can reach.
 """
@@ -321,9 +322,10 @@ class NovaBoxTestCase(_NovaBoxTestCase):
         """409 for the user's and admin's detach; a service may.
 
         A non-admin member of the server's project and the admin both get
-        409 for ``DELETE /attachments/ID`` and os-detach; the service
-        user's token passes through Nova's own detach path, which runs
-        our teardown.
+        409 for ``DELETE /attachments/ID`` and os-detach.  The member's
+        detach through Nova passes (Nova adds its service token) and runs
+        our teardown with the member's context (it once failed there:
+        recording the teardown needs admin rights the member lacks).
         """
         boot_id = self.new_volume('rules-boot', self.box_image())
         data_id = self.new_volume('rules-data')
@@ -340,8 +342,9 @@ class NovaBoxTestCase(_NovaBoxTestCase):
                 self.assertEqual(409, err.code, err.read())
         self.assertEqual((True, [BOX_IQN]), self.target(data_id))
         # Nova's own detach (it sends its service token) tears it down.
-        self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
-            server_id, data_id))
+        self.box.http_json(
+            self.box.nova_url() + '/v2.1/servers/%s/os-volume_attachments/%s'
+            % (server_id, data_id), 'DELETE', headers={'X-Auth-Token': member})
         self.wait(lambda: self.volume(data_id)['status'] == 'available',
                   'Nova detach')
         self.assertEqual((False, []), self.target(data_id))
