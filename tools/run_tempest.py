@@ -16,7 +16,7 @@
 ``tempest.api.compute.volumes``.
 
 Starts ``tools/stack.sh up --nova`` (Keystone, Glance, MariaDB, Nova on
-its fake virt driver, placement, the networking stand-in) in its own
+its fake virt driver, placement, Neutron without agents) in its own
 state directory (unless ``--state-dir`` names such a running box),
 uploads two small raw images through Glance, writes a tempest workspace
 there (``tempest init``, a ``tempest.conf`` made from the box: the admin
@@ -99,7 +99,7 @@ def write_conf(state, workspace, image_id, image_alt_id):
         'admin_username': 'admin', 'admin_password': password,
         'admin_project_name': 'admin', 'admin_domain_name': 'Default',
         'use_dynamic_credentials': 'True',
-        'create_isolated_networks': 'False'}
+        'create_isolated_networks': 'True'}
     conf['identity'] = {'uri_v3': keystone, 'auth_version': 'v3',
                         'region': stack_mod.REGION}
     conf['identity-feature-enabled'] = {'api_v2': 'False'}
@@ -117,7 +117,12 @@ def write_conf(state, workspace, image_id, image_alt_id):
     conf['validation'] = {'run_validation': 'False'}
     conf['service_available'] = {
         'cinder': 'True', 'glance': 'True', 'nova': 'True',
-        'neutron': 'False', 'swift': 'False', 'placement': 'True'}
+        'neutron': 'True', 'swift': 'False', 'placement': 'True'}
+    # Tenant networks and routers are real Neutron's (ML2, VXLAN); no
+    # agent forwards packets, so nothing is reachable from outside.
+    conf['network'] = {'project_network_cidr': '10.100.0.0/16',
+                       'project_networks_reachable': 'False',
+                       'region': stack_mod.REGION}
     conf['volume'] = {
         'catalog_type': 'block-storage', 'region': stack_mod.REGION,
         'storage_protocol': 'ceph' if rbd else 'iSCSI',

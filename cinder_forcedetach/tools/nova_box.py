@@ -10,7 +10,7 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Nova, placement and a networking stand-in for the box (``up --nova``).
+"""Nova, placement and Neutron for the box (``up --nova``).
 
 Real Nova 34 (``nova-api`` under gunicorn, ``nova-conductor``,
 ``nova-scheduler``, ``nova-compute``) and placement 16 from the venv,
@@ -21,9 +21,11 @@ Nova's database, but every volume call — attachment create and
 complete, connector, detach, os-reimage's events — is Nova's own code
 talking to the box's Cinder and our drivers.
 
-Neutron is a **stand-in** (:mod:`cinder_forcedetach.tools.neutron_standin`):
-servers boot with ``--nic none``, and the stand-in answers the few reads
-Nova makes with empty collections and a ``default`` security group.
+Neutron 29 is real too (``neutron-api`` under gunicorn, ML2 with VXLAN
+tenant networks, the router plugin), with no agent: the ML2 mechanism
+driver ``box_fake`` (:mod:`cinder_forcedetach.tools.neutron_box`) binds
+every port, so networks, subnets, routers and ports exist and servers get
+addresses, but no packet flows.
 
 Standard library only, like :mod:`cinder_forcedetach.tools.stack`.
 """
@@ -38,11 +40,11 @@ from cinder_forcedetach.tools import boxutil
 NOVA_SERVICES = ('nova-api', 'nova-conductor', 'nova-scheduler',
                  'nova-compute')
 #: Processes started before Cinder (Nova's services need them).
-NOVA_BEFORE_CINDER = ('placement-api', 'neutron-standin')
+NOVA_BEFORE_CINDER = ('placement-api', 'neutron-api')
 #: Databases of Nova and placement, each with its own user.
-NOVA_DATABASES = ('nova_api', 'nova_cell0', 'nova', 'placement')
+NOVA_DATABASES = ('nova_api', 'nova_cell0', 'nova', 'placement', 'neutron')
 #: Keystone users of the Nova side, besides Cinder's and Glance's.
-NOVA_USERS = ('nova', 'placement')
+NOVA_USERS = ('nova', 'placement', 'neutron')
 #: The compute service's host name, the only hypervisor.
 COMPUTE_HOST = 'box-compute'
 #: Flavors the box makes: (name, id, vcpus, MiB, GiB of root disk).
@@ -52,7 +54,7 @@ IMAGE = 'box-image'
 
 
 class NovaParts(object):
-    """Mixed into the box's ``Stack``: Nova, placement, the stand-in."""
+    """Mixed into the box's ``Stack``: Nova, placement, Neutron."""
 
     # -- URLs -----------------------------------------------------------------
 
@@ -109,19 +111,58 @@ class NovaParts(object):
         boxutil.wait_for(lambda: boxutil.http_ok(self.placement_url()),
                          self.s.timeout, 'placement-api', proc)
 
-    # -- the networking stand-in -------------------------------------------
+    # -- neutron ------------------------------------------------------------
 
-    def _start_neutron_standin(self, proc):
+    def _write_neutron_conf(self):
+        info, d = self.info, os.path.join(self.dir, 'neutron')
+        paste = os.path.join(info['venv'], 'etc', 'neutron', 'api-paste.ini')
+        if not os.path.exists(paste):
+            raise boxutil.StackError(
+                '%s not found: is neutron installed in %s? '
+                '(tools/install-deps.sh installs it)' % (paste, info['venv']))
+        for sub in ('state', 'locks'):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        shutil.copy(paste, os.path.join(d, 'api-paste.ini'))
+        conf = boxutil.conf({
+            'DEFAULT': {
+                'debug': str(self.s.debug),
+                'log_file': os.path.join(self.log_dir, 'neutron-api.log'),
+                'state_path': os.path.join(d, 'state'),
+                'api_paste_config': os.path.join(d, 'api-paste.ini'),
+                'transport_url': self.transport_url(),
+                'auth_strategy': 'keystone',
+                'core_plugin': 'ml2',
+                'service_plugins': 'router',
+                # No agent runs: nothing tells Nova a port went up.
+                'notify_nova_on_port_status_changes': 'False',
+                'notify_nova_on_port_data_changes': 'False',
+            },
+            'database': {'connection': self.service_database_url(
+                'neutron', d)},
+            'keystone_authtoken': self.authtoken_section('neutron'),
+            'oslo_concurrency': {'lock_path': os.path.join(d, 'locks')},
+            'ml2': {'type_drivers': 'flat,vxlan',
+                    'tenant_network_types': 'vxlan',
+                    'mechanism_drivers': 'box_fake',
+                    'extension_drivers': 'port_security'},
+            'ml2_type_vxlan': {'vni_ranges': '1:1000'},
+            'securitygroup': {'firewall_driver': 'noop'},
+        })
+        boxutil.write_conf(os.path.join(d, 'neutron.conf'), conf)
+        return d, os.path.join(d, 'neutron.conf')
+
+    def _start_neutron(self, proc):
         if proc.alive():
             return
-        python = os.path.join(self.info['venv'], 'bin', 'python')
-        proc.start([python, '-m', 'cinder_forcedetach.tools.neutron_standin',
-                    '--host', self.info['host'],
-                    '--port', str(self.info['neutron_port']),
-                    '--log-file', os.path.join(self.log_dir,
-                                               'neutron-standin.log')])
+        conf_dir, conf_path = self._write_neutron_conf()
+        self._manage('neutron-db-manage', ['--config-file', conf_path,
+                                           'upgrade', 'heads'], cwd=conf_dir)
+        self._gunicorn(proc, 'cinder_forcedetach.tools.neutron_wsgi:'
+                       'application', self.info['neutron_port'],
+                       {'OS_NEUTRON_CONFIG_DIR': conf_dir,
+                        'OS_NEUTRON_CONFIG_FILES': 'neutron.conf'}, conf_dir)
         boxutil.wait_for(lambda: boxutil.http_ok(self.neutron_url()),
-                         self.s.timeout, 'neutron-standin', proc)
+                         self.s.timeout, 'neutron-api', proc)
 
     # -- nova -------------------------------------------------------------
 
@@ -296,14 +337,12 @@ class NovaParts(object):
                     state == ('up', 'enabled'))
         urls = {'placement-api': self.placement_url(info),
                 'nova-api': self.nova_url(info) + '/v2.1/',
-                'neutron-standin': self.neutron_url(info)}
+                'neutron-api': self.neutron_url(info)}
         if name not in urls:
             return None
         answers = boxutil.http_ok(urls[name])
-        return ('%s %s%s' % (urls[name], 'answers' if answers else
-                             'NOT answering',
-                             ' (a stand-in: no networks)'
-                             if name == 'neutron-standin' else ''), answers)
+        return ('%s %s' % (urls[name], 'answers' if answers else
+                           'NOT answering'), answers)
 
     def nova_ready_lines(self, procs):
         return [
@@ -314,9 +353,9 @@ class NovaParts(object):
                 self.nova_url(), ', '.join(
                     '%s %s' % (n, procs[n].pid) for n in NOVA_SERVICES),
                 COMPUTE_HOST, ', '.join(f[0] for f in FLAVORS)),
-            '  network    %s, pid %s (a STAND-IN, not Neutron: no networks; '
-            'boot with --nic none)' % (self.neutron_url(),
-                                       procs['neutron-standin'].pid)]
+            '  neutron    %s, pid %s (ML2; no agents: the box_fake mechanism '
+            'driver binds every port)' % (self.neutron_url(),
+                                          procs['neutron-api'].pid)]
 
     def nova_commands(self):
         prefix = '. %s && %s' % (self.openrc_path(), os.path.join(

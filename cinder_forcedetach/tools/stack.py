@@ -40,7 +40,7 @@ recycled pid is never signalled):
   database in the stack's MariaDB, or SQLite) after ``glance-manage db
   sync``; Cinder's ``glance_api_servers`` points at it;
 * with ``--nova`` (see :mod:`cinder_forcedetach.tools.nova_box`),
-  ``placement-api`` and ``neutron-standin`` before Cinder, then
+  ``placement-api`` and ``neutron-api`` before Cinder, then
   ``nova-api``, ``nova-conductor``, ``nova-scheduler`` and
   ``nova-compute`` after it, two flavors and the compute host mapped;
 * ``cinder-manage db sync``, then ``cinder-scheduler``, the
@@ -95,11 +95,11 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
 ``STACK_GLANCE_PORT``      glance-api port [19292]
 ``STACK_NOVA``             1: also run Nova (nova-api, conductor,
                            scheduler, a compute on Nova's fake virt
-                           driver), placement and a networking stand-in;
+                           driver), placement and Neutron (no agents);
                            implies Keystone, Glance and MariaDB [0]
 ``STACK_NOVA_PORT``        nova-api port [18774]
 ``STACK_PLACEMENT_PORT``   placement-api port [18778]
-``STACK_NEUTRON_PORT``     the networking stand-in's port [19696]
+``STACK_NEUTRON_PORT``     neutron-api port [19696]
 ``STACK_DEBUG``            1: Cinder debug logging (may log more detail)
 =========================  =============================================
 """
@@ -160,7 +160,8 @@ EXIT_DOWN = 3
 SECRET_PASSWORDS = ('db_password', 'glance_db_password',
                     'keystone_db_password', 'admin_password',
                     'cinder_password', 'glance_password',
-                    'nova_password', 'placement_password') + tuple(
+                    'nova_password', 'placement_password',
+                    'neutron_password') + tuple(
     name + '_db_password' for name in nova_box.NOVA_DATABASES)
 REGION = boxutil.REGION
 
@@ -552,7 +553,7 @@ class Stack(nova_box.NovaParts):
                 self._start_glance(procs['glance-api'])
             if 'placement-api' in procs:
                 self._start_placement(procs['placement-api'])
-                self._start_neutron_standin(procs['neutron-standin'])
+                self._start_neutron(procs['neutron-api'])
             self._write_cinder_conf()
             self._db_sync()
             for name in self.cinder_names():
@@ -586,7 +587,7 @@ class Stack(nova_box.NovaParts):
             'glance-api': [info.get('glance_port')],
             'keystone-api': [info.get('keystone_port')],
             'placement-api': [info.get('placement_port')],
-            'neutron-standin': [info.get('neutron_port')],
+            'neutron-api': [info.get('neutron_port')],
             'nova-api': [info.get('nova_port')],
         }
         for name, ports in owners.items():
@@ -1751,7 +1752,7 @@ def build_parser():
                     help='also run glance-api (no auth, file store)')
     up.add_argument('--nova', action='store_true',
                     help='also run Nova (fake virt driver), placement and '
-                         'a networking stand-in; implies --keystone '
+                         'Neutron (no agents); implies --keystone '
                          '--glance --db mariadb')
     up.add_argument('--backends', help='NAME[=DRIVER],...; DRIVER: tgt, '
                     'rbd or a class')

@@ -102,7 +102,7 @@ class NovaTestCase(testtools.TestCase):
                           'db': 'mariadb', 'volume_services': 1})
         self.assertLess(order.index('placement-api'),
                         order.index('cinder-volume'))
-        self.assertLess(order.index('neutron-standin'),
+        self.assertLess(order.index('neutron-api'),
                         order.index('cinder-volume'))
         self.assertEqual(['cinder-api', 'nova-api', 'nova-conductor',
                           'nova-scheduler', 'nova-compute'], order[-5:])
