@@ -163,6 +163,11 @@ class NovaParts(object):
                         'OS_NEUTRON_CONFIG_FILES': 'neutron.conf'}, conf_dir)
         boxutil.wait_for(lambda: boxutil.http_ok(self.neutron_url()),
                          self.s.timeout, 'neutron-api', proc)
+        # Neutron builds its policy enforcer on the first request and
+        # publishes it before its rules are registered: a second thread
+        # in that window is refused ("rule:create_network is disallowed
+        # by policy", seen once under tempest).  One request first.
+        self.http_json(self.neutron_url() + '/v2.0/networks', 'GET')
 
     # -- nova -------------------------------------------------------------
 
