@@ -49,6 +49,8 @@ NOVA_USERS = ('nova', 'placement', 'neutron')
 COMPUTE_HOST = 'box-compute'
 #: Flavors the box makes: (name, id, vcpus, MiB, GiB of root disk).
 FLAVORS = (('m1.box', '42', 1, 128, 1), ('m1.box.alt', '84', 1, 192, 1))
+#: The shared network (and its subnet) the box makes.
+NETWORK, NETWORK_CIDR = 'box-net', '10.99.0.0/24'
 #: The image the box uploads for bootable volumes.
 IMAGE = 'box-image'
 
@@ -286,6 +288,7 @@ class NovaParts(object):
                          'the compute host in os-hypervisors')
         self._ensure_flavors()
         self._ensure_image()
+        self._ensure_network()
 
     def nova(self, method, path, body=None, version='2.1'):
         """A call to Nova's API as the box's admin."""
@@ -322,6 +325,18 @@ class NovaParts(object):
                 self.nova('POST', '/flavors', {'flavor': {
                     'name': name, 'id': flavor_id, 'vcpus': vcpus,
                     'ram': ram, 'disk': disk}})
+
+    def _ensure_network(self):
+        """A shared tenant network with a subnet, for every project."""
+        url = self.neutron_url() + '/v2.0'
+        if self.http_json(url + '/networks?name=' + NETWORK,
+                          'GET')['networks']:
+            return
+        net = self.http_json(url + '/networks', 'POST', {'network': {
+            'name': NETWORK, 'shared': True}})['network']
+        self.http_json(url + '/subnets', 'POST', {'subnet': {
+            'name': NETWORK, 'network_id': net['id'], 'ip_version': 4,
+            'cidr': NETWORK_CIDR}})
 
     def _ensure_image(self):
         """A small raw image to make bootable volumes from."""
