@@ -167,8 +167,7 @@ class NovaParts(object):
                          self.s.timeout, 'neutron-api', proc)
         # Neutron builds its policy enforcer on the first request and
         # publishes it before its rules are registered: a second thread
-        # in that window is refused ("rule:create_network is disallowed
-        # by policy", seen once under tempest).  One request first.
+        # in that window would be refused.  One request first.
         self.http_json(self.neutron_url() + '/v2.0/networks', 'GET')
 
     # -- nova -------------------------------------------------------------
