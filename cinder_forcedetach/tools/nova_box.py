@@ -105,13 +105,11 @@ class NovaParts(object):
         if proc.alive():
             return
         conf_dir, conf_path = self._write_placement_conf()
-        self._manage('placement-manage', ['--config-file', conf_path, 'db',
-                                          'sync'], cwd=conf_dir)
-        self._gunicorn(proc, 'placement.wsgi.api:application',
-                       self.info['placement_port'],
-                       {'OS_PLACEMENT_CONFIG_DIR': conf_dir}, conf_dir)
-        boxutil.wait_for(lambda: boxutil.http_ok(self.placement_url()),
-                         self.s.timeout, 'placement-api', proc)
+        self._sync_then_serve(
+            proc, 'placement-manage', ['db', 'sync'], conf_path,
+            'placement.wsgi.api:application', self.info['placement_port'],
+            {'OS_PLACEMENT_CONFIG_DIR': conf_dir},
+            lambda: boxutil.http_ok(self.placement_url()))
 
     # -- neutron ------------------------------------------------------------
 
@@ -157,14 +155,13 @@ class NovaParts(object):
         if proc.alive():
             return
         conf_dir, conf_path = self._write_neutron_conf()
-        self._manage('neutron-db-manage', ['--config-file', conf_path,
-                                           'upgrade', 'heads'], cwd=conf_dir)
-        self._gunicorn(proc, 'cinder_forcedetach.tools.neutron_wsgi:'
-                       'application', self.info['neutron_port'],
-                       {'OS_NEUTRON_CONFIG_DIR': conf_dir,
-                        'OS_NEUTRON_CONFIG_FILES': 'neutron.conf'}, conf_dir)
-        boxutil.wait_for(lambda: boxutil.http_ok(self.neutron_url()),
-                         self.s.timeout, 'neutron-api', proc)
+        self._sync_then_serve(
+            proc, 'neutron-db-manage', ['upgrade', 'heads'], conf_path,
+            'cinder_forcedetach.tools.neutron_wsgi:application',
+            self.info['neutron_port'],
+            {'OS_NEUTRON_CONFIG_DIR': conf_dir,
+             'OS_NEUTRON_CONFIG_FILES': os.path.basename(conf_path)},
+            lambda: boxutil.http_ok(self.neutron_url()))
         # Neutron builds its policy enforcer on the first request and
         # publishes it before its rules are registered: a second thread
         # in that window would be refused.  One request first.
@@ -393,7 +390,6 @@ class NovaParts(object):
             'a service do that: the service user\'s credentials and '
             '--service-token):',
             '  ' + self.manage_command(
-                '--service-token volume force-detach VOLUME_ID').replace(
-                self.openrc_path(), self.openrc_path('service')),
+                '--service-token volume force-detach VOLUME_ID', 'service'),
             'Then a reboot drops the server\'s stale attachment:',
             '  %s reboot box-server' % prefix]

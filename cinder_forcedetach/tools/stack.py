@@ -813,6 +813,20 @@ class Stack(nova_box.NovaParts):
                     '--bind', '%s:%d' % (info['host'], port), app],
                    env=dict(os.environ, **env), cwd=cwd)
 
+    def _sync_then_serve(self, proc, manage, step, conf_path, app, port,
+                         env, ready):
+        """A WSGI service of the box: its database *step*, then its *app*.
+
+        ``MANAGE --config-file CONF_PATH STEP...``, then *app* under
+        gunicorn on *port* (configuration directory through *env*), until
+        *ready* answers.
+        """
+        conf_dir = os.path.dirname(conf_path)
+        self._manage(manage, ['--config-file', conf_path] + step,
+                     cwd=conf_dir)
+        self._gunicorn(proc, app, port, env, conf_dir)
+        wait_for(ready, self.s.timeout, proc.name, proc)
+
     def _manage(self, name, args, env=None, cwd=None, ok=(0,)):
         """Run ``NAME --config-file ... ARGS`` (a ``*-manage`` step).
 
@@ -1097,12 +1111,11 @@ class Stack(nova_box.NovaParts):
         if proc.alive():
             return
         conf_dir, conf_path = self._write_glance_conf()
-        self._manage('glance-manage', ['--config-file', conf_path, 'db',
-                                       'sync'], cwd=conf_dir)
-        self._gunicorn(proc, 'glance.wsgi.api:application',
-                       self.info['glance_port'],
-                       {'OS_GLANCE_CONFIG_DIR': conf_dir}, conf_dir)
-        wait_for(self.glance_answers, self.s.timeout, 'glance-api', proc)
+        self._sync_then_serve(proc, 'glance-manage', ['db', 'sync'],
+                              conf_path, 'glance.wsgi.api:application',
+                              self.info['glance_port'],
+                              {'OS_GLANCE_CONFIG_DIR': conf_dir},
+                              self.glance_answers)
 
     def etcd_url(self, info=None):
         info = info or self.info
@@ -1451,18 +1464,19 @@ class Stack(nova_box.NovaParts):
                 ('OS_USER_ID', 'admin'),
                 ('OS_VOLUME_API_VERSION', CLIENT_API_VERSION)]
 
-    def _client_prefix(self):
+    def _client_prefix(self, user='admin'):
         """What goes before a client: noauth's variables, or the openrc."""
         if self.info.get('keystone'):
-            return '. %s &&' % self.openrc_path()
+            return '. %s &&' % self.openrc_path(user)
         return ' '.join('%s=%s' % kv for kv in self.client_env())
 
     def client_command(self, args='create 1'):
         return '%s %s %s' % (self._client_prefix(), os.path.join(
             self.info['venv'], 'bin', 'cinder'), args)
 
-    def manage_command(self, args):
-        env = self._client_prefix()
+    def manage_command(self, args, user='admin'):
+        """The operator CLI with *args*, as *user* (admin, or service)."""
+        env = self._client_prefix(user)
         script = os.path.join(self.info['venv'], 'bin', 'cinder-forcedetach')
         if not os.path.exists(script):
             script = '%s -m cinder_forcedetach.cmd.manage' % os.path.join(
@@ -1606,6 +1620,8 @@ class Stack(nova_box.NovaParts):
             alive = proc.alive()
             ok = ok and alive
             detail = ''
+            # Asked once: it calls the service's API.
+            nova_detail = alive and self.nova_status_detail(name, info)
             if name == 'rabbitmq' and alive:
                 detail = 'amqp %s:%d %s' % (
                     info['host'], info['rabbit_port'],
@@ -1632,8 +1648,8 @@ class Stack(nova_box.NovaParts):
             elif name == 'etcd' and alive:
                 detail = '%s %s' % (self.etcd_url(info), 'healthy' if
                                     self.etcd_healthy() else 'NOT healthy')
-            elif alive and self.nova_status_detail(name, info):
-                detail, healthy = self.nova_status_detail(name, info)
+            elif alive and nova_detail:
+                detail, healthy = nova_detail
                 ok = ok and healthy
             elif name == 'cinder-api' and alive:
                 detail = '%s %s' % (self.api_url(info), 'answers'
