@@ -22,7 +22,13 @@ List :class:`~cinder_forcedetach.mixin.ForceDetachMixin` first::
 """
 
 import os
+import re
+import stat
 
+from cinder import context as cinder_context
+from cinder import exception
+from cinder.i18n import _
+from cinder import objects
 from cinder.volume import configuration
 from cinder.volume import driver
 from cinder.volume import volume_utils
@@ -39,6 +45,10 @@ volume_file_opts = [
 
 cfg.CONF.register_opts(volume_file_opts,
                        group=configuration.SHARED_CONF_GROUP)
+
+#: What a ``source-name`` of manage-existing may be: a plain file name of
+#: the volumes directory (no path, no hidden file, not a copy in flight).
+SOURCE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$')
 
 
 class FileVolumeDriver(driver.VolumeDriver):
@@ -107,6 +117,96 @@ class FileVolumeDriver(driver.VolumeDriver):
 
     def create_cloned_volume(self, volume, src_vref):
         self.store.copy(src_vref.name, volume.name, size_gb=volume.size)
+
+    # -- manage and unmanage ------------------------------------------------
+
+    def _existing_file(self, existing_ref):
+        """The store file a manage reference names, checked; its name.
+
+        The name is a client's: it must be a plain file name of the volumes
+        directory (``SOURCE_NAME``), of a regular file (not a link), and not
+        the file of a volume or snapshot Cinder already manages.
+        """
+        if not isinstance(existing_ref, dict):
+            existing_ref = {'source-name': existing_ref}
+        name = existing_ref.get('source-name')
+        if (not isinstance(name, str) or not SOURCE_NAME.match(name) or
+                name.endswith('.part')):
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=existing_ref,
+                reason=_('source-name must be the name of a file in the '
+                         'volumes directory'))
+        try:
+            mode = os.lstat(self.store.path(name)).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is None or not stat.S_ISREG(mode):
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=name,
+                reason=_('Specified volume file does not exist.'))
+        admin = cinder_context.get_admin_context()
+        volume_id = volume_utils.extract_id_from_volume_name(name)
+        snapshot_id = volume_utils.extract_id_from_snapshot_name(name)
+        if (volume_utils.check_already_managed_volume(volume_id) or
+                (snapshot_id and objects.Snapshot.exists(admin,
+                                                         snapshot_id))):
+            raise exception.ManageExistingAlreadyManaged(volume_ref=name)
+        return name
+
+    def manage_existing_get_size(self, volume, existing_ref):
+        return self.store.size_gb(self._existing_file(existing_ref))
+
+    def manage_existing(self, volume, existing_ref):
+        """Rename the file to the volume's name, grown to whole GiB."""
+        self.store.adopt(self._existing_file(existing_ref), volume.name)
+
+    def unmanage(self, volume):
+        """Leave the file, under its name, for a later manage."""
+
+    def manage_existing_snapshot_get_size(self, snapshot, existing_ref):
+        return self.store.size_gb(self._existing_file(existing_ref))
+
+    def manage_existing_snapshot(self, snapshot, existing_ref):
+        self.store.adopt(self._existing_file(existing_ref), snapshot.name)
+
+    def unmanage_snapshot(self, snapshot):
+        """Leave the file, under its name, for a later manage."""
+
+    def _manageable(self, cinder_resources, snapshots, marker, limit,
+                    offset, sort_keys, sort_dirs):
+        """Files as Cinder's manageable list; a snapshot-<id> is one."""
+        managed = {r['id'] for r in cinder_resources}
+        entries = []
+        for name in self.store.names():
+            snapshot_id = volume_utils.extract_id_from_snapshot_name(name)
+            if bool(snapshot_id) != snapshots:
+                continue
+            cinder_id = snapshot_id or (
+                volume_utils.extract_id_from_volume_name(name))
+            entry = {'reference': {'source-name': name},
+                     'size': self.store.size_gb(name),
+                     'cinder_id': cinder_id if cinder_id in managed else None,
+                     'safe_to_manage': cinder_id not in managed,
+                     'reason_not_safe': (
+                         'already managed' if cinder_id in managed else None),
+                     'extra_info': None}
+            if snapshots:
+                # A snapshot file is a full copy; it does not name its
+                # volume.
+                entry['source_reference'] = {'source-name': None}
+            entries.append(entry)
+        return volume_utils.paginate_entries_list(
+            entries, marker, limit, offset, sort_keys, sort_dirs)
+
+    def get_manageable_volumes(self, cinder_volumes, marker, limit, offset,
+                               sort_keys, sort_dirs):
+        return self._manageable(cinder_volumes, False, marker, limit, offset,
+                                sort_keys, sort_dirs)
+
+    def get_manageable_snapshots(self, cinder_snapshots, marker, limit,
+                                 offset, sort_keys, sort_dirs):
+        return self._manageable(cinder_snapshots, True, marker, limit,
+                                offset, sort_keys, sort_dirs)
 
     def copy_volume_to_image(self, context, volume, image_service,
                              image_meta):

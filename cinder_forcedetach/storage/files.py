@@ -66,6 +66,29 @@ class FileStore(object):
                                       size_gb * units.Gi))
         os.rename(tmp_path, dest_path)
 
+    def adopt(self, source, dest):
+        """Rename *source* to *dest*, grown to a whole GiB; its GiB."""
+        source_path, dest_path = self.path(source), self.path(dest)
+        if source_path != dest_path:
+            # A link, not a rename: it refuses to replace an existing file.
+            os.link(source_path, dest_path)
+            os.unlink(source_path)
+        size_gb = self.size_gb(dest)
+        if os.path.getsize(dest_path) < size_gb * units.Gi:
+            os.truncate(dest_path, size_gb * units.Gi)
+        return size_gb
+
+    def size_gb(self, name):
+        """The file's size in GiB, rounded up."""
+        return -(-os.path.getsize(self.path(name)) // units.Gi)
+
+    def names(self):
+        """Names of the volume files (not copies in flight)."""
+        with os.scandir(self.directory) as entries:
+            return sorted(e.name for e in entries
+                          if e.is_file(follow_symlinks=False) and
+                          not e.name.endswith('.part'))
+
     def delete(self, name):
         try:
             os.unlink(self.path(name))

@@ -121,6 +121,17 @@ class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
         self.fail('volume %s stayed %s, wanted %s' % (
             volume_id, vol['status'], statuses))
 
+    def wait_snapshot(self, snapshot_id, statuses=('available', 'error'),
+                      timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            snap = self.api.get_snapshot(snapshot_id)
+            if snap['status'] in statuses:
+                return snap
+            time.sleep(0.1)
+        self.fail('snapshot %s stayed %s, wanted %s' % (
+            snapshot_id, snap['status'], statuses))
+
     def create_volume(self, size=1, **extra):
         body = {'size': size}
         body.update(extra)

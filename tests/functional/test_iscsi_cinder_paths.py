@@ -394,14 +394,6 @@ class ReimageTestCase(base.CinderTgtTestCase):
 class VolumeLifecycleTestCase(base.CinderTgtTestCase):
     """Create, snapshot, clone, extend, delete through the real API."""
 
-    def wait_snapshot(self, snapshot_id):
-        for _ in range(300):
-            snap = self.api.get_snapshot(snapshot_id)
-            if snap['status'] != 'creating':
-                return snap
-            time.sleep(0.1)
-        self.fail('snapshot stuck creating')
-
     def volume_with_snapshot(self):
         """A volume holding 4 KiB of 0x42, and a snapshot of it."""
         vol = self.create_volume()
@@ -465,3 +457,153 @@ class VolumeLifecycleTestCase(base.CinderTgtTestCase):
             self.assertIn(key, stats)
         self.assertEqual('iSCSI', stats['storage_protocol'])
         self.assertGreater(stats['total_capacity_gb'], 0)
+
+
+class ManageExistingTestCase(base.CinderTgtTestCase):
+    """Unmanage and manage (volumes, snapshots) through the real API."""
+
+    def setUp(self):
+        super(ManageExistingTestCase, self).setUp()
+        self.host = self.api.get_volume(
+            self.create_volume()['id'])['os-vol-host-attr:host']
+
+    def write(self, volume_id, data):
+        path = self.driver.local_path(self.db_volume(volume_id))
+        with open(path, 'r+b') as f:
+            f.write(data)
+        return path
+
+    def unmanage(self, kind, resource_id):
+        """os-unmanage; waits until the API no longer lists it."""
+        self.api.api_post('/%s/%s/action' % (kind, resource_id),
+                          {'os-unmanage': {}}, check_response_status=[202])
+        for _ in range(300):
+            listed = self.api.api_get('/%s' % kind)[kind]
+            if resource_id not in [r['id'] for r in listed]:
+                return
+            time.sleep(0.1)
+        self.fail('%s %s still listed' % (kind, resource_id))
+
+    def manage_volume(self, source_name):
+        vol = self.api.api_post('/manageable_volumes', {'volume': {
+            'host': self.host, 'ref': {'source-name': source_name}}})[
+            'volume']
+        return self.wait_volume(vol['id'], ('available', 'error'))
+
+    def manage_snapshot(self, volume_id, source_name):
+        return self.wait_snapshot(self.api.api_post(
+            '/manageable_snapshots', {'snapshot': {
+                'volume_id': volume_id,
+                'ref': {'source-name': source_name}}})['snapshot']['id'])
+
+    def test_unmanage_then_manage_volume_keeps_its_data(self):
+        vol = self.create_volume()
+        self.write(vol['id'], b'\x42' * 8192)
+        old_name = 'volume-%s' % vol['id']
+        self.unmanage('volumes', vol['id'])
+        self.assertIn(old_name, os.listdir(self.volumes_dir))
+
+        managed = self.manage_volume(old_name)
+        self.assertEqual('available', managed['status'])
+        self.assertEqual(1, managed['size'])
+        self.assertNotIn(old_name, os.listdir(self.volumes_dir))
+        path = self.driver.local_path(self.db_volume(managed['id']))
+        with open(path, 'rb') as f:
+            self.assertEqual(b'\x42' * 4096, f.read(4096))
+        # The managed volume serves a host like any other (login writes
+        # its own pattern over the first 4 KiB).
+        att, info = self.attach(managed['id'], 'compute1')
+        session = self.login(info, 'compute1')
+        self.assertTrue(session.read(0x42, offset=4096), session.output)
+
+    def test_manage_grows_a_file_to_whole_gib(self):
+        with open(os.path.join(self.volumes_dir, 'imported'), 'wb') as f:
+            f.write(b'\x07' * 4096)
+        managed = self.manage_volume('imported')
+        self.assertEqual('available', managed['status'])
+        self.assertEqual(1, managed['size'])
+        self.assertEqual(units.Gi, os.path.getsize(
+            self.driver.local_path(self.db_volume(managed['id']))))
+
+    def test_manage_refuses_what_it_must_not_take(self):
+        """Hostile, missing or managed refs: error, files kept."""
+        live = self.create_volume()
+        self.write(live['id'], b'\x42' * 4096)
+        snap = self.wait_snapshot(self.api.post_snapshot(
+            {'snapshot': {'volume_id': live['id']}})['id'])
+        outside = self.useFixture(fixtures.TempDir()).path
+        secret = os.path.join(outside, 'secret')
+        with open(secret, 'wb') as f:
+            f.write(b'\x99' * 4096)
+        os.symlink(secret, os.path.join(self.volumes_dir, 'link'))
+        before = sorted(os.listdir(self.volumes_dir))
+        # Cinder's API itself refuses the name of a volume it manages.
+        self.assertRaises(client.OpenStackApiException400,
+                          self.manage_volume, 'volume-%s' % live['id'])
+        for ref in ('../secret', '.hidden', 'missing', 'link', 'x;rm',
+                    'x.part', 'snapshot-%s' % snap['id']):
+            managed = self.manage_volume(ref)
+            self.assertEqual('error', managed['status'], ref)
+            self.assertEqual('error_managing',
+                             self.db_volume(managed['id']).status)
+        self.assertEqual(before, sorted(os.listdir(self.volumes_dir)))
+        with open(self.driver.local_path(self.db_volume(live['id'])),
+                  'rb') as f:
+            self.assertEqual(b'\x42' * 4096, f.read(4096))
+        with open(secret, 'rb') as f:
+            self.assertEqual(b'\x99' * 4096, f.read())
+
+    def test_manage_the_same_file_twice(self):
+        """The second manage fails clearly; the first volume is intact."""
+        vol = self.create_volume()
+        self.write(vol['id'], b'\x42' * 4096)
+        self.unmanage('volumes', vol['id'])
+        first = self.manage_volume('volume-%s' % vol['id'])
+        second = self.manage_volume('volume-%s' % vol['id'])
+        self.assertEqual(('available', 'error'),
+                         (first['status'], second['status']))
+        with open(self.driver.local_path(self.db_volume(first['id'])),
+                  'rb') as f:
+            self.assertEqual(b'\x42' * 4096, f.read(4096))
+
+    def test_unmanage_then_manage_snapshot_reverts(self):
+        vol = self.create_volume()
+        path = self.write(vol['id'], b'\x42' * 4096)
+        snap = self.wait_snapshot(self.api.post_snapshot(
+            {'snapshot': {'volume_id': vol['id']}})['id'])
+        self.unmanage('snapshots', snap['id'])
+        self.assertIn('snapshot-%s' % snap['id'],
+                      os.listdir(self.volumes_dir))
+
+        managed = self.manage_snapshot(vol['id'], 'snapshot-%s' % snap['id'])
+        self.assertEqual('available', managed['status'])
+        self.write(vol['id'], b'\x43' * 8192)
+        self.api.api_post('/volumes/%s/action' % vol['id'],
+                          {'revert': {'snapshot_id': managed['id']}},
+                          check_response_status=[202])
+        self.wait_volume(vol['id'], ('available',))
+        with open(path, 'rb') as f:
+            self.assertEqual(b'\x42' * 4096 + bytes(4096), f.read(8192))
+
+    def test_manage_snapshot_refuses_a_live_volume_file(self):
+        """A volume's file taken as a snapshot would be deleted with it."""
+        vol = self.create_volume()
+        other = self.create_volume()
+        managed = self.manage_snapshot(vol['id'], 'volume-%s' % other['id'])
+        self.assertEqual('error', managed['status'])
+        self.assertIn('volume-%s' % other['id'],
+                      os.listdir(self.volumes_dir))
+
+    def test_manageable_lists(self):
+        live = self.create_volume()
+        with open(os.path.join(self.volumes_dir, 'imported'), 'wb') as f:
+            f.write(b'\x07' * 4096)
+        listed = {v['reference']['source-name']: v for v in self.api.api_get(
+            '/manageable_volumes/detail?host=%s' % self.host)[
+            'manageable-volumes']}
+        self.assertEqual((True, 1), (listed['imported']['safe_to_manage'],
+                                     listed['imported']['size']))
+        mine = listed['volume-%s' % live['id']]
+        self.assertEqual((False, 'already managed', live['id']),
+                         (mine['safe_to_manage'], mine['reason_not_safe'],
+                          mine['cinder_id']))
