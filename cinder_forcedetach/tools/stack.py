@@ -44,7 +44,8 @@ recycled pid is never signalled):
   ``nova-api``, ``nova-conductor``, ``nova-scheduler`` and
   ``nova-compute`` after it, two flavors and the compute host mapped;
 * ``cinder-manage db sync``, then ``cinder-scheduler``, the
-  ``cinder-volume`` service(s) and ``cinder-api`` from the venv with a
+  ``cinder-volume`` service(s), with ``--backup`` ``cinder-backup``, and
+  ``cinder-api`` from the venv with a
   generated ``STATE/cinder.conf`` (noauth, MariaDB or SQLite, the local
   rabbit, file or etcd tooz coordination, one backend section per
   ``STACK_BACKENDS`` entry).
@@ -90,6 +91,12 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
                            cluster ``box``, serving every backend [1]
 ``STACK_KEYSTONE``         1: Keystone auth instead of noauth [0]
 ``STACK_KEYSTONE_PORT``    keystone-api port [15000]
+``STACK_BACKUP``           1: also run cinder-backup with Cinder's POSIX
+                           driver, backups under ``STATE/backups`` (a
+                           backup attaches its volume on this host
+                           through os-brick: RBD volumes in userspace
+                           through librbd; iSCSI ones would need the
+                           kernel initiator these machines lack) [0]
 ``STACK_GLANCE``           1: also run glance-api (images for create
                            from image and os-reimage) [0]
 ``STACK_GLANCE_PORT``      glance-api port [19292]
@@ -144,6 +151,7 @@ INSTALL_CEPH = os.path.join(REPO_ROOT, 'tools', 'install-ceph.sh')
 # client.cinder may also lift the fences force-detach adds.
 CEPH_CINDER_MON_CAPS = ceph_dev.FENCING_CINDER_MON_CAPS
 TGTD_SOCKET_DIR = '/var/run/tgtd'
+ETC_CEPH = '/etc/ceph'
 RABBITMQ_SERVER = '/usr/lib/rabbitmq/bin/rabbitmq-server'
 DB_KINDS = ('sqlite', 'mariadb')
 COORDINATION_KINDS = ('file', 'etcd')
@@ -358,6 +366,8 @@ class Settings(object):
             'STACK_KEYSTONE', '') in ('1', 'true', 'yes'))
         self.keystone_port = getattr(args, 'keystone_port', None) or _int_env(
             'STACK_KEYSTONE_PORT', 15000)
+        self.backup = bool(getattr(args, 'backup', False) or env(
+            'STACK_BACKUP', '') in ('1', 'true', 'yes'))
         self.glance = bool(getattr(args, 'glance', False) or env(
             'STACK_GLANCE', '') in ('1', 'true', 'yes'))
         self.glance_port = getattr(args, 'glance_port', None) or _int_env(
@@ -437,6 +447,7 @@ class Stack(nova_box.NovaParts):
         self.log_dir = os.path.join(self.dir, 'logs')
         self.rabbit_dir = os.path.join(self.dir, 'rabbitmq')
         self.cinder_dir = os.path.join(self.dir, 'cinder')
+        self.backup_dir = os.path.join(self.dir, 'backups')
         self.conf_path = os.path.join(self.dir, 'cinder.conf')
         self.info_path = os.path.join(self.dir, 'stack.json')
         self.secrets_path = os.path.join(self.dir, 'secrets.json')
@@ -465,6 +476,8 @@ class Stack(nova_box.NovaParts):
             names += nova_box.NOVA_BEFORE_CINDER
         names.append('cinder-scheduler')
         names += volume_service_names(info.get('volume_services', 1))
+        if info.get('backup'):
+            names.append('cinder-backup')
         names.append('cinder-api')
         if info.get('nova'):
             names += nova_box.NOVA_SERVICES
@@ -484,7 +497,8 @@ class Stack(nova_box.NovaParts):
                  list(nova_box.NOVA_BEFORE_CINDER) +
                  ['cinder-scheduler', 'cinder-volume'] +
                  volume_service_names(MAX_VOLUME_SERVICES) +
-                 ['cinder-api'] + list(nova_box.NOVA_SERVICES))
+                 ['cinder-backup', 'cinder-api'] +
+                 list(nova_box.NOVA_SERVICES))
         ordered = [n for n in known if n in names]
         return {name: Proc(self, name) for name in ordered}
 
@@ -508,6 +522,7 @@ class Stack(nova_box.NovaParts):
                 'db': s.db, 'db_port': s.db_port,
                 'coordination': s.coordination, 'etcd_port': s.etcd_port,
                 'volume_services': s.volume_services,
+                'backup': s.backup,
                 'glance': s.glance, 'glance_port': s.glance_port,
                 'keystone': s.keystone, 'keystone_port': s.keystone_port,
                 'nova': s.nova, 'nova_port': s.nova_port,
@@ -1253,6 +1268,12 @@ class Stack(nova_box.NovaParts):
             conf['DEFAULT']['cluster'] = CLUSTER
         if info.get('glance'):
             conf['DEFAULT']['glance_api_servers'] = self.glance_url()
+        if info.get('backup'):
+            conf['DEFAULT'].update({
+                'backup_driver':
+                    'cinder.backup.drivers.posix.PosixBackupDriver',
+                'backup_posix_path': self.backup_dir})
+            os.makedirs(self.backup_dir, exist_ok=True)
         conf['database'] = {'connection': self.database_url()}
         conf['oslo_concurrency'] = {'lock_path': os.path.join(c, 'locks')}
         conf['coordination'] = {'backend_url': self.coordination_url()}
@@ -1325,7 +1346,9 @@ class Stack(nova_box.NovaParts):
 
     def cinder_names(self):
         return ['cinder-scheduler'] + volume_service_names(
-            self.info.get('volume_services', 1)) + ['cinder-api']
+            self.info.get('volume_services', 1)) + (
+            ['cinder-backup'] if self.info.get('backup') else []) + [
+            'cinder-api']
 
     def volume_hosts(self):
         """{process name: its ``host``} of the volume services.
@@ -1343,12 +1366,38 @@ class Stack(nova_box.NovaParts):
             return
         binary = 'cinder-volume' if name.startswith('cinder-volume') else name
         argv = [self._venv_bin(binary), '--config-file', self.conf_path]
+        if name == 'cinder-backup' and self.uses_ceph():
+            argv = self._backup_host_argv(argv)
         host = self.volume_hosts().get(name)
         if host:
             own = os.path.join(self.dir, name + '.conf')
             _write(own, '[DEFAULT]\nhost = %s\n' % host)
             argv += ['--config-file', own, '--log-file', name + '.log']
         proc.start(argv)
+
+    def _backup_host_argv(self, argv):
+        """*argv* in a mount namespace whose ``/etc/ceph`` is the box's.
+
+        A backup attaches an RBD volume through os-brick, which reads the
+        client's keyring from ``/etc/ceph/<cluster>.client.<user>.keyring``
+        on the backup host, as Nova's compute does (Cinder no longer sends
+        keyrings in connection info: OSSN-0085). The box writes nothing
+        under the machine's ``/etc``: cinder-backup gets its own mount
+        namespace where ``/etc/ceph`` is ``STATE/backup-etc-ceph``, which
+        holds only the cinder user's keyring.
+        """
+        if not os.path.isdir(ETC_CEPH):
+            raise StackError('%s is missing: install Ceph\'s client '
+                             '(tools/install-ceph.sh)' % ETC_CEPH)
+        ceph = self.ceph_settings()
+        etc = os.path.join(self.dir, 'backup-etc-ceph')
+        os.makedirs(etc, mode=0o700, exist_ok=True)
+        with open(ceph['CEPH_KEYRING']) as f:
+            _write(os.path.join(etc, 'ceph.client.%s.keyring' %
+                                ceph['CEPH_USER']), f.read())
+        return ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
+                'etc=$1; shift; mount --bind "$etc" %s && exec "$@"' %
+                ETC_CEPH, 'sh', etc] + argv
 
     # -- readiness through the API -----------------------------------------
 
@@ -1422,9 +1471,12 @@ class Stack(nova_box.NovaParts):
               '@' in host and st == ('up', 'enabled')}
         scheduler = any(b == 'cinder-scheduler' and st[0] == 'up'
                         for (b, _h), st in states.items())
+        backup = not self.info.get('backup') or any(
+            b == 'cinder-backup' and st == ('up', 'enabled')
+            for (b, _h), st in states.items())
         # Every volume service of every backend, when they have names.
         wanted = self.volume_hosts().values()
-        return scheduler and all(
+        return scheduler and backup and all(
             n in pools and any(b == n and (h is None or h == host)
                                for host, b in up)
             for n, _d in self.info['backends'] for h in wanted)
@@ -1529,6 +1581,10 @@ class Stack(nova_box.NovaParts):
             extra.append('  keystone   %s/v3, pid %s (users admin, cinder; '
                          'region %s)' % (self.keystone_url(),
                                          procs['keystone-api'].pid, REGION))
+        if info.get('backup'):
+            extra.append('  backup     cinder-backup pid %s (POSIX driver, '
+                         '%s)' % (procs['cinder-backup'].pid,
+                                  self.backup_dir))
         if info.get('glance'):
             extra.append('  glance     %s/v2, pid %s (%s, file store)' % (
                 self.glance_url(), procs['glance-api'].pid,
@@ -1764,6 +1820,9 @@ def build_parser():
     up.add_argument('--keystone', action='store_true',
                     help='Keystone auth (a project-started keystone-api) '
                          'instead of noauth')
+    up.add_argument('--backup', action='store_true',
+                    help="also run cinder-backup (Cinder's POSIX driver, "
+                         "backups under STATE/backups)")
     up.add_argument('--glance', action='store_true',
                     help='also run glance-api (no auth, file store)')
     up.add_argument('--nova', action='store_true',

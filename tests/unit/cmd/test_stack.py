@@ -10,13 +10,15 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""tools/stack.sh's settings: backends, optional glance, port checks."""
+"""tools/stack.sh's settings: backends, optional services, port checks."""
 
 import argparse
 import os
+import subprocess
 from unittest import mock
 
 import ddt
+import fixtures
 import testtools
 
 from cinder_forcedetach.tools import stack
@@ -106,3 +108,34 @@ class NovaTestCase(testtools.TestCase):
                         order.index('cinder-volume'))
         self.assertEqual(['cinder-api', 'nova-api', 'nova-conductor',
                           'nova-scheduler', 'nova-compute'], order[-5:])
+
+
+class BackupTestCase(testtools.TestCase):
+
+    def test_backup_starts_with_cinder_before_its_api(self):
+        st = stack.Stack.__new__(stack.Stack)
+        self.assertNotIn('cinder-backup', st.order({'volume_services': 1}))
+        order = st.order({'backup': True, 'volume_services': 1})
+        self.assertEqual(['cinder-volume', 'cinder-backup', 'cinder-api'],
+                         order[-3:])
+
+    def test_backup_host_sees_only_the_cinder_keyring_in_etc_ceph(self):
+        """The mount namespace is real: the command reads the copy."""
+        state = self.useFixture(fixtures.TempDir()).path
+        keyring = os.path.join(state, 'source.keyring')
+        with open(keyring, 'w') as f:
+            f.write('[client.cinder]\n\tkey = not-a-real-key\n')
+        with mock.patch.dict(os.environ, {'STACK_DIR': state}, clear=True):
+            st = stack.Stack(stack.Settings(argparse.Namespace(
+                state_dir=None)))
+        before = sorted(os.listdir(stack.ETC_CEPH))
+        with mock.patch.object(st, 'ceph_settings', return_value={
+                'CEPH_KEYRING': keyring, 'CEPH_USER': 'cinder'}):
+            argv = st._backup_host_argv(['ls', stack.ETC_CEPH])
+        listed = subprocess.run(argv, capture_output=True, text=True,
+                                check=True).stdout.split()
+        self.assertEqual(['ceph.client.cinder.keyring'], listed)
+        self.assertEqual(before, sorted(os.listdir(stack.ETC_CEPH)))
+        copy = os.path.join(state, 'backup-etc-ceph',
+                            'ceph.client.cinder.keyring')
+        self.assertEqual(0o600, os.stat(copy).st_mode & 0o777)
