@@ -23,6 +23,7 @@ List :class:`~cinder_forcedetach.mixin.ForceDetachMixin` first::
 
 import os
 import re
+import socket
 import stat
 
 from cinder import context as cinder_context
@@ -45,6 +46,9 @@ volume_file_opts = [
 
 cfg.CONF.register_opts(volume_file_opts,
                        group=configuration.SHARED_CONF_GROUP)
+
+#: The first field of this store's ``location_info`` (migration).
+LOCATION_KIND = 'FileVolumeDriver'
 
 #: What a ``source-name`` of manage-existing may be: a plain file name of
 #: the volumes directory (no path, no hidden file, not a copy in flight).
@@ -208,6 +212,36 @@ class FileVolumeDriver(driver.VolumeDriver):
         return self._manageable(cinder_snapshots, True, marker, limit,
                                 offset, sort_keys, sort_dirs)
 
+    # -- migration -----------------------------------------------------------
+
+    def location_info(self):
+        """``FileVolumeDriver:<machine>:<volumes dir>`` for the scheduler."""
+        return '%s:%s:%s' % (LOCATION_KIND, socket.gethostname(),
+                             self.store.directory)
+
+    def migrate_volume(self, context, volume, host):
+        """Copy an available volume to a file backend of this machine.
+
+        *host* is the destination the scheduler chose; its
+        ``location_info`` names a file store. Anything else (another
+        machine, another kind of backend, an attached volume, whose file a
+        target serves) returns ``(False, None)``: Cinder then migrates the
+        generic way.
+        """
+        kind, _sep, rest = (host.get('capabilities', {}).get(
+            'location_info') or '').partition(':')
+        machine, _sep, directory = rest.partition(':')
+        if (kind != LOCATION_KIND or machine != socket.gethostname() or
+                volume.status != 'available' or volume.volume_attachment or
+                not os.path.isabs(directory) or
+                not os.path.isdir(directory) or
+                os.path.realpath(directory) == os.path.realpath(
+                    self.store.directory)):
+            return False, None
+        self.store.copy_out(volume.name, files.FileStore(directory))
+        self.store.delete(volume.name)
+        return True, None
+
     def copy_volume_to_image(self, context, volume, image_service,
                              image_meta):
         volume_utils.upload_volume(context, image_service, image_meta,
@@ -231,6 +265,7 @@ class FileVolumeDriver(driver.VolumeDriver):
                 self.configuration.safe_get('reserved_percentage') or 0,
             'max_over_subscription_ratio':
                 self.configuration.safe_get('max_over_subscription_ratio'),
+            'location_info': self.location_info(),
             'thin_provisioning_support': True,
             'thick_provisioning_support': False,
             'multiattach': True,

@@ -18,6 +18,7 @@ store reads anyway.  The class is small on purpose: a vendor or an LVM
 store replaces it without touching the driver's export logic.
 """
 
+import errno
 import os
 
 from oslo_concurrency import processutils
@@ -57,10 +58,23 @@ class FileStore(object):
 
     def copy(self, source, dest, size_gb=None):
         """Sparse copy of *source* into a new file *dest* (reflink if any)."""
-        dest_path = self.path(dest)
+        self._copy_file(self.path(source), self.path(dest), size_gb)
+
+    def copy_out(self, name, other):
+        """Sparse copy of *name* into store *other*, under the same name.
+
+        It refuses to replace a file *other* already holds.
+        """
+        dest_path = other.path(name)
+        if os.path.exists(dest_path):
+            raise FileExistsError(errno.EEXIST, 'volume file exists',
+                                  dest_path)
+        self._copy_file(self.path(name), dest_path)
+
+    def _copy_file(self, source_path, dest_path, size_gb=None):
         tmp_path = dest_path + '.part'
         self._execute('cp', '--sparse=always', '--reflink=auto',
-                      self.path(source), tmp_path)
+                      source_path, tmp_path)
         if size_gb:
             os.truncate(tmp_path, max(os.path.getsize(tmp_path),
                                       size_gb * units.Gi))
