@@ -220,19 +220,21 @@ class FileVolumeDriver(driver.VolumeDriver):
                              self.store.directory)
 
     def migrate_volume(self, context, volume, host):
-        """Copy an available volume to a file backend of this machine.
+        """Copy a detached volume to a file backend of this machine.
 
+        Cinder calls it for a migration or a retype (status
+        ``maintenance`` or ``retyping``) of a volume without attachments.
         *host* is the destination the scheduler chose; its
         ``location_info`` names a file store. Anything else (another
-        machine, another kind of backend, an attached volume, whose file a
-        target serves) returns ``(False, None)``: Cinder then migrates the
-        generic way.
+        machine, another kind of backend, a volume with attachments, whose
+        file a target may serve) returns ``(False, None)``: Cinder then
+        migrates the generic way.
         """
         kind, _sep, rest = (host.get('capabilities', {}).get(
             'location_info') or '').partition(':')
         machine, _sep, directory = rest.partition(':')
         if (kind != LOCATION_KIND or machine != socket.gethostname() or
-                volume.status != 'available' or volume.volume_attachment or
+                volume.volume_attachment or
                 not os.path.isabs(directory) or
                 not os.path.isdir(directory) or
                 os.path.realpath(directory) == os.path.realpath(

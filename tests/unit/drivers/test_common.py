@@ -21,6 +21,7 @@ import os
 import socket
 
 from cinder import context
+from cinder.tests.unit import fake_constants as fake
 from cinder.tests.unit import test
 from cinder.tests.unit import utils as test_utils
 from cinder.volume import configuration
@@ -58,6 +59,7 @@ class MigrateVolumeTestCase(test.TestCase):
                 'capabilities': {'location_info': location_info}}
 
     def test_moves_the_file_to_the_other_store(self):
+        self.vol.status = 'retyping'
         moved = self.source.migrate_volume(
             self.ctxt, self.vol, self.host(self.dest.location_info()))
         self.assertEqual((True, None), moved)
@@ -75,7 +77,9 @@ class MigrateVolumeTestCase(test.TestCase):
                      self.source.location_info()):
             self.assertEqual((False, None), self.source.migrate_volume(
                 self.ctxt, self.vol, self.host(info)), info)
-        self.vol.status = 'in-use'
+        test_utils.attach_volume(self.ctxt, self.vol.id, fake.INSTANCE_ID,
+                                 'compute1', '/dev/vdb')
+        self.vol.refresh()
         self.assertEqual((False, None), self.source.migrate_volume(
             self.ctxt, self.vol, self.host(self.dest.location_info())))
         self.assertTrue(os.path.exists(self.source.local_path(self.vol)))
