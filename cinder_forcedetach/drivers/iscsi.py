@@ -98,6 +98,16 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
         """
         self.exports.remove(volume)
 
+    def extend_volume(self, volume, new_size):
+        """Grow the file; an exported volume's target is made again.
+
+        tgtd reads a LUN's size when the LUN is made, so attached hosts
+        would not see the new size: see
+        :meth:`cinder_forcedetach.targets.cinder_tgt.VolumeExports.remake`.
+        """
+        super(TgtISCSIDriver, self).extend_volume(volume, new_size)
+        self.exports.remake(volume, self.local_path(volume))
+
     def connection_data(self, volume):
         return self.exports.connection_data(volume)
 

@@ -40,6 +40,7 @@ from oslo_log import log as logging
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.audit import evidence
 from cinder_forcedetach import connector_grammar
+from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach.targets import tgt
 
 LOG = logging.getLogger(__name__)
@@ -122,6 +123,29 @@ class VolumeExports(object):
         self.target.export(name, path, username, password)
         auth = 'CHAP %s %s' % (username, password) if username else None
         return self.location(volume), auth
+
+    def remake(self, volume, path):
+        """Re-create an existing target so tgtd reads *path*'s new size.
+
+        tgtd reads a LUN's size when the LUN is created.  Like upstream's
+        ``tgt-admin --update --force``, this drops the sessions; the
+        target comes back with the same CHAP account and the ACL entries
+        it had, and the initiators log in again.  It holds the volume's
+        lock, so a force-detach's revocation is not undone.
+        """
+        name = self.target_name(volume)
+        with force_detach_flow.volume_lock(volume['id']):
+            state = self.target.find(name)
+            if state is None:
+                return
+            username, password = chap(volume)
+            # unexport() revokes from state.acls in place: keep a copy.
+            acls = list(state.acls)
+            self.target.unexport(name, state)
+            self.target.export(name, path, username, password)
+            for initiator in acls:
+                if connector_grammar.is_iscsi_name(initiator):
+                    self.target.grant(name, initiator)
 
     def ensure(self, volume, path, in_teardown=None):
         """Re-create a lost export (tgtd restarted) for attached hosts.
@@ -354,22 +378,10 @@ class TgtTarget(target_driver.Target):
     def extend_target(self, volume):
         """Re-create an in-use target so tgtd sees the LV's new size.
 
-        tgtd reads a LUN's size when the LUN is created.  Like upstream's
-        ``tgt-admin --update --force``, this drops the sessions (the
-        initiators log in again, same CHAP account, same ACL).
+        See :meth:`VolumeExports.remake`.
         """
-        name = self.exports.target_name(volume)
-        state = self.exports.target.find(name)
-        if state is None:
-            return
-        path = '/dev/%s/%s' % (self.configuration.volume_group,
-                               volume['name'])
-        username, password = chap(volume)
-        self.exports.target.unexport(name, state)
-        self.exports.target.export(name, path, username, password)
-        for initiator in state.acls:
-            if connector_grammar.is_iscsi_name(initiator):
-                self.exports.target.grant(name, initiator)
+        self.exports.remake(volume, '/dev/%s/%s' % (
+            self.configuration.volume_group, volume['name']))
 
     # -- force-detach hooks ------------------------------------------------
 

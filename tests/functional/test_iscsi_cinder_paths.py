@@ -448,6 +448,31 @@ class VolumeLifecycleTestCase(base.CinderTgtTestCase):
         self.assertEqual(['volume-%s' % vol['id']],
                          sorted(os.listdir(self.volumes_dir)))
 
+    def test_attached_extend_is_seen_by_the_host(self):
+        """os-extend of an in-use volume (3.42): the target is made again.
+
+        tgtd fixes a LUN's size when the LUN is made; the session of the
+        attached host logs in again and writes on, a new login sees the
+        new size, and the host's CHAP account and ACL entry are kept.
+        """
+        vol = self.create_volume()
+        att, info = self.attach(vol['id'], 'compute1')
+        session = self.login(info, 'compute1')
+        before = self.target_state(vol['id'])
+        self.api.api_post('/volumes/%s/action' % vol['id'],
+                          {'os-extend': {'new_size': 2}},
+                          check_response_status=[202])
+        vol = self.wait_volume(vol['id'], ('in-use', 'error_extending'))
+        self.assertEqual(('in-use', 2), (vol['status'], vol['size']))
+        after = self.target_state(vol['id'])
+        self.assertEqual((before.acls, before.accounts),
+                         (after.acls, after.accounts))
+        self.assertTrue(session.write(0x3c, offset=8192, timeout=30))
+        second = self.login(info, 'compute1')
+        self.assertIn('2 GiB', second._command('length', 10))
+        self.assertTrue(second.write(0x3d, offset=units.Gi + 4096))
+        self.assertTrue(second.read(0x3c, offset=8192))
+
     def test_stats_have_the_keys_cinder_requires(self):
         stats = self.driver.get_volume_stats(refresh=True)
         for key in ('volume_backend_name', 'vendor_name', 'driver_version',

@@ -28,6 +28,7 @@ from unittest import mock
 import uuid
 
 from cinder import context
+from cinder import coordination
 from cinder import exception as cinder_exception
 from cinder import objects
 import cinder.privsep
@@ -35,6 +36,7 @@ from cinder.tests.unit.brick import fake_lvm
 from cinder.tests.unit import fake_volume
 from cinder.volume import configuration
 from cinder.volume import driver as cinder_driver
+from cinder.volume.drivers import lvm as upstream_lvm
 import fixtures
 from oslo_config import cfg
 from oslo_config import fixture as config_fixture
@@ -214,6 +216,35 @@ class LVMTargetTestCase(testtools.TestCase):
         self.assertNotEqual(True, host2.write(0xee, timeout=3))
         with open(path, 'rb') as f:
             self.assertNotIn(b'\xee' * 512, f.read(1 << 20))
+
+    def test_extend_target_keeps_chap_and_acl(self):
+        """extend_target (upstream LVM's extend_volume) remakes the target.
+
+        Run on the stand-in LV's path: the LV's own, ``/dev/<vg>/<name>``,
+        cannot exist here (checked separately).
+        """
+        CONF.set_override('backend_url', 'file://' + self.lv_dir,
+                          'coordination')
+        coordination.COORDINATOR.start()
+        self.addCleanup(coordination.COORDINATOR.stop)
+        volume, path = self.make_volume()
+        self.export(volume, path)
+        _att, data = self.attach(volume, 'compute1')
+        before = self.state(volume)
+        with open(path, 'r+b') as f:
+            f.truncate(32 << 20)
+        self.target.exports.remake(volume, path)
+        after = self.state(volume)
+        self.assertEqual((before.acls, before.accounts),
+                         (after.acls, after.accounts))
+        self.assertIn('32 MiB', self.login(data, 'compute1')._command(
+            'length', 10))
+
+        self.configuration.append_config_values(upstream_lvm.volume_opts)
+        with mock.patch.object(self.target.exports, 'remake') as remake:
+            self.target.extend_target(volume)
+        remake.assert_called_once_with(volume, '/dev/cinder-volumes/%s' %
+                                       volume.name)
 
     def test_revoke_every_host(self):
         volume, path = self.make_volume()
