@@ -212,7 +212,16 @@ class FileVolumeDriver(driver.VolumeDriver):
         return self._manageable(cinder_snapshots, True, marker, limit,
                                 offset, sort_keys, sort_dirs)
 
-    # -- migration -----------------------------------------------------------
+    # -- retype and migration -----------------------------------------------
+
+    def retype(self, context, volume, new_type, diff, host):
+        """A file keeps nothing of its type: on this backend, retyped.
+
+        Cinder calls it only when the volume stays on this backend (a
+        multiattach flag, a QoS spec or a name changes); a move to another
+        backend is :meth:`migrate_volume`.
+        """
+        return True, None
 
     def location_info(self):
         """``FileVolumeDriver:<machine>:<volumes dir>`` for the scheduler."""

@@ -473,6 +473,27 @@ class VolumeLifecycleTestCase(base.CinderTgtTestCase):
         self.assertTrue(second.write(0x3d, offset=units.Gi + 4096))
         self.assertTrue(second.read(0x3c, offset=8192))
 
+    def test_retype_to_multiattach_in_place(self):
+        """os-retype, migration_policy never: the driver's retype, no move."""
+        vol = self.create_volume()
+        path = self.driver.local_path(self.db_volume(vol['id']))
+        self.api.api_post('/volumes/%s/action' % vol['id'], {'os-retype': {
+            'new_type': self.multiattach_type(),
+            'migration_policy': 'never'}}, check_response_status=[202])
+        for _ in range(300):
+            vol = self.api.get_volume(vol['id'])
+            if vol['volume_type'] == self.multiattach_type():
+                break
+            time.sleep(0.1)
+        self.assertEqual(('available', self.multiattach_type()),
+                         (vol['status'], vol['volume_type']))
+        self.assertEqual(path, self.driver.local_path(self.db_volume(
+            vol['id'])))
+        for host in ('compute1', 'compute2'):
+            self.attach(vol['id'], host)
+        self.assertEqual(2, len(self.api.get_volume(vol['id'])[
+            'attachments']))
+
     def test_stats_have_the_keys_cinder_requires(self):
         stats = self.driver.get_volume_stats(refresh=True)
         for key in ('volume_backend_name', 'vendor_name', 'driver_version',
