@@ -126,8 +126,10 @@ def write_conf(state, workspace, image_id, image_alt_id):
     # Nova's fake virt driver: no console, no guest to reach over SSH.
     conf['compute-feature-enabled'] = {
         'console_output': 'False', 'attach_encrypted_volume': 'False',
-        'volume_multiattach': 'False', 'shelve': 'True',
-        'interface_attach': 'False', 'vnc_console': 'False'}
+        'volume_multiattach': 'True', 'shelve': 'True',
+        'interface_attach': 'False', 'vnc_console': 'False',
+        # A resize stays on the one compute (allow_resize_to_same_host).
+        'resize': 'True'}
     conf['validation'] = {'run_validation': 'False'}
     conf['service_available'] = {
         'cinder': 'True', 'glance': 'True', 'nova': 'True',
@@ -142,6 +144,8 @@ def write_conf(state, workspace, image_id, image_alt_id):
         'storage_protocol': 'ceph' if rbd else 'iSCSI',
         'vendor_name': 'Open Source',
         'backend_names': ','.join(backends), 'build_timeout': '180',
+        # The box's multiattach type (Cinder takes multiattach from a type).
+        'volume_type_multiattach': 'multiattach',
         'max_microversion': 'latest'}
     # Our drivers (the file-backed ones and upstream's RBD) name a snapshot
     # snapshot-<id>; tempest's default ref, _snapshot-<id>, is LVM's name.
@@ -150,9 +154,7 @@ def write_conf(state, workspace, image_id, image_alt_id):
         'multi_backend': str(len(backends) > 1),
         'backup': str(bool(info.get('backup'))),
         'manage_volume': 'True', 'manage_snapshot': 'True',
-        # librbd clients see a resize; tgtd fixes a LUN's size when the
-        # target is made (see tools/tempest-skips.txt).
-        'extend_attached_volume': str(rbd), 'volume_revert': 'True'}
+        'extend_attached_volume': 'True', 'volume_revert': 'True'}
     path = os.path.join(workspace, 'etc', 'tempest.conf')
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, 'w') as f:

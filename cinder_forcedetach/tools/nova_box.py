@@ -201,6 +201,8 @@ class NovaParts(object):
                 'my_block_storage_ip': info['host'],
                 'transport_url': self.transport_url(),
                 'compute_driver': 'box_fake.BoxFakeDriver',
+                # One compute host: a resize stays on it (as devstack).
+                'allow_resize_to_same_host': 'True',
                 # One request at a time per service keeps the box small.
                 'osapi_compute_workers': '1',
                 'metadata_workers': '1',
