@@ -217,9 +217,9 @@ class FileVolumeDriver(driver.VolumeDriver):
     def retype(self, context, volume, new_type, diff, host):
         """A file keeps nothing of its type: on this backend, retyped.
 
-        Cinder calls it only when the volume stays on this backend (a
-        multiattach flag, a QoS spec or a name changes); a move to another
-        backend is :meth:`migrate_volume`.
+        Cinder calls it only when the volume stays on this backend (to a
+        multiattach type, say); a move to another backend is
+        :meth:`migrate_volume`.
         """
         return True, None
 
