@@ -111,7 +111,7 @@ def write_conf(state, workspace, image_id, image_alt_id):
         'use_dynamic_credentials': 'True',
         # Servers go on the box's shared network: tempest making its own
         # was refused create_network by Neutron's policy, as the admin,
-        # in one class of every run (not diagnosed yet).
+        # in one class of a run (CI22); not seen since, cause not found.
         'create_isolated_networks': 'False'}
     conf['identity'] = {'uri_v3': keystone, 'auth_version': 'v3',
                         'region': stack_mod.REGION}

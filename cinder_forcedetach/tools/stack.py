@@ -474,11 +474,7 @@ class Stack(nova_box.NovaParts):
             names.append('glance-api')
         if info.get('nova'):
             names += nova_box.NOVA_BEFORE_CINDER
-        names.append('cinder-scheduler')
-        names += volume_service_names(info.get('volume_services', 1))
-        if info.get('backup'):
-            names.append('cinder-backup')
-        names.append('cinder-api')
+        names += self.cinder_names(info)
         if info.get('nova'):
             names += nova_box.NOVA_SERVICES
         return names
@@ -1344,10 +1340,12 @@ class Stack(nova_box.NovaParts):
         self._manage('cinder-manage', ['--config-file', self.conf_path, 'db',
                                        'sync'])
 
-    def cinder_names(self):
+    def cinder_names(self, info=None):
+        """Cinder's processes of the stack (*info*: its settings)."""
+        info = info or self.info
         return ['cinder-scheduler'] + volume_service_names(
-            self.info.get('volume_services', 1)) + (
-            ['cinder-backup'] if self.info.get('backup') else []) + [
+            info.get('volume_services', 1)) + (
+            ['cinder-backup'] if info.get('backup') else []) + [
             'cinder-api']
 
     def volume_hosts(self):

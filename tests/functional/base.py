@@ -111,26 +111,31 @@ class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
                                   os.path.normpath(p)):
             super(CinderServicesTestCase, self)._start_api_service()
 
-    def wait_volume(self, volume_id, statuses, timeout=30):
+    def _wait_status(self, get, kind, resource_id, statuses, timeout):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            vol = self.api.get_volume(volume_id)
-            if vol['status'] in statuses:
-                return vol
+            found = get(resource_id)
+            if found['status'] in statuses:
+                return found
             time.sleep(0.1)
-        self.fail('volume %s stayed %s, wanted %s' % (
-            volume_id, vol['status'], statuses))
+        self.fail('%s %s stayed %s, wanted %s' % (
+            kind, resource_id, found['status'], statuses))
+
+    def wait_volume(self, volume_id, statuses, timeout=30):
+        return self._wait_status(self.api.get_volume, 'volume', volume_id,
+                                 statuses, timeout)
 
     def wait_snapshot(self, snapshot_id, statuses=('available', 'error'),
                       timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            snap = self.api.get_snapshot(snapshot_id)
-            if snap['status'] in statuses:
-                return snap
-            time.sleep(0.1)
-        self.fail('snapshot %s stayed %s, wanted %s' % (
-            snapshot_id, snap['status'], statuses))
+        return self._wait_status(self.api.get_snapshot, 'snapshot',
+                                 snapshot_id, statuses, timeout)
+
+    def revert(self, volume_id, snapshot_id):
+        """os-revert (3.40) to *snapshot_id*; waits until available."""
+        self.api.api_post('/volumes/%s/action' % volume_id,
+                          {'revert': {'snapshot_id': snapshot_id}},
+                          check_response_status=[202])
+        return self.wait_volume(volume_id, ('available',))
 
     def create_volume(self, size=1, **extra):
         body = {'size': size}

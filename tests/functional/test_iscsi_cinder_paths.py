@@ -409,10 +409,7 @@ class VolumeLifecycleTestCase(base.CinderTgtTestCase):
         vol, path, snap = self.volume_with_snapshot()
         with open(path, 'r+b') as f:
             f.write(b'\x43' * 8192)
-        self.api.api_post('/volumes/%s/action' % vol['id'],
-                          {'revert': {'snapshot_id': snap['id']}},
-                          check_response_status=[202])
-        self.wait_volume(vol['id'], ('available',))
+        self.revert(vol['id'], snap['id'])
         with open(path, 'rb') as f:
             self.assertEqual(b'\x42' * 4096 + bytes(4096), f.read(8192))
         self.assertEqual(units.Gi, os.path.getsize(path))
@@ -624,10 +621,7 @@ class ManageExistingTestCase(base.CinderTgtTestCase):
         managed = self.manage_snapshot(vol['id'], 'snapshot-%s' % snap['id'])
         self.assertEqual('available', managed['status'])
         self.write(vol['id'], b'\x43' * 8192)
-        self.api.api_post('/volumes/%s/action' % vol['id'],
-                          {'revert': {'snapshot_id': managed['id']}},
-                          check_response_status=[202])
-        self.wait_volume(vol['id'], ('available',))
+        self.revert(vol['id'], managed['id'])
         with open(path, 'rb') as f:
             self.assertEqual(b'\x42' * 4096 + bytes(4096), f.read(8192))
 
