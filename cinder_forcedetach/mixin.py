@@ -38,6 +38,8 @@ What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from typing import Any, BinaryIO, Optional
 
 from cinder import context as cinder_context
@@ -52,6 +54,7 @@ from oslo_log import log as logging
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.flows import force_detach as force_detach_flow
+from cinder_forcedetach import grant_fence
 from cinder_forcedetach import image
 
 LOG = logging.getLogger(__name__)
@@ -64,6 +67,13 @@ force_detach_opts = [
                      'this volume host itself (image copy, backup, '
                      'migration), disconnect it with os-brick (force, '
                      'ignore errors) before the backend revokes access.'),
+    cfg.IntOpt('forcedetach_detach_wait_seconds',
+               default=30, min=1,
+               help='After terminate_connection without a connector on a '
+                    'volume with several live attachments (os-force_detach '
+                    'naming only an attachment), how long to wait for '
+                    'Cinder\'s detach to end one of them, whose host is '
+                    'then revoked.'),
     cfg.IntOpt('forcedetach_device_scan_attempts',
                default=3, min=1,
                help='device_scan_attempts handed to the os-brick connector '
@@ -133,12 +143,85 @@ class ForceDetachMixin(object):
 
         Returns True while another attachment still uses the export
         (Cinder then keeps it), as the manager's attachment delete expects.
-        Without a connector it tears down every host, and is refused when
-        several attachments are live (Cinder did not say which one leaves).
+        Without a connector it tears down every host; with several live
+        attachments and no connector (``os-force_detach`` naming only an
+        attachment) see :meth:`_revoke_after_detach`.
         """
+        if connector is None:
+            live = [a for a in objects.VolumeAttachmentList.
+                    get_all_by_volume_id(cinder_context.get_admin_context(),
+                                         volume.id)
+                    if fd_attachments.is_live(a)]
+            if len(live) > 1:
+                return self._revoke_after_detach(volume, live)
         return force_detach_flow.run(
             cinder_context.get_admin_context(), self, volume,
             connector=connector, reset_database=False)
+
+    def _revoke_after_detach(self, volume, live):
+        """Revoke the host of the attachment Cinder's detach ends next.
+
+        ``os-force_detach {attachment_id}`` without a connector calls
+        ``terminate_connection(volume, None)``, which names no attachment,
+        and then the manager's ``detach_volume``, which ends the named
+        attachment (``finish_detach``) without a driver call that names
+        it.  So nothing is revoked now (True: the export stays); a watcher
+        waits, up to ``forcedetach_detach_wait_seconds``, for one of the
+        *live* attachments to end, and then revokes its host from the
+        connector stored on that attachment, through the flow, unless the
+        host keeps another live attachment.  Where nothing names an
+        attachment Cinder's detach refuses (400) and nothing ends.
+        """
+        ids = frozenset(a.id for a in live)
+        LOG.info('Volume %(vol)s: %(n)d live attachments and no connector; '
+                 'the host of the attachment Cinder detaches next is '
+                 'revoked then.', {'vol': volume.id, 'n': len(ids)})
+        watcher = threading.Thread(target=self._revoke_ended,
+                                   args=(volume.id, ids), daemon=True)
+        watcher.start()
+        return True
+
+    def _revoke_ended(self, volume_id, live_ids):
+        ctxt = cinder_context.get_admin_context()
+        deadline = time.monotonic() + self.configuration.safe_get(
+            'forcedetach_detach_wait_seconds')
+        while True:
+            still = {a.id for a in objects.VolumeAttachmentList.
+                     get_all_by_volume_id(ctxt, volume_id)
+                     if fd_attachments.is_live(a)}
+            ended = sorted(live_ids - still)
+            if ended:
+                break
+            if time.monotonic() >= deadline:
+                LOG.info('Volume %s: no attachment was detached after '
+                         'terminate_connection without a connector; '
+                         'nothing revoked.', volume_id)
+                return
+            time.sleep(0.05)
+        deleted = ctxt.elevated(read_deleted='yes')
+        for attachment_id in ended:
+            old = objects.VolumeAttachment.get_by_id(deleted, attachment_id)
+            if not old.connector:
+                continue
+            try:
+                volume = objects.Volume.get_by_id(ctxt, volume_id)
+                if any(fd_attachments.is_live(a) and
+                       fd_attachments.same_host(a.connector, old.connector)
+                       for a in volume.volume_attachment):
+                    LOG.info('Volume %(vol)s: host %(host)s keeps another '
+                             'attachment; its access stays.',
+                             {'vol': volume_id,
+                              'host': old.connector.get('host')})
+                    continue
+                force_detach_flow.run(ctxt, self, volume,
+                                      connector=old.connector,
+                                      reset_database=False)
+            except Exception:
+                LOG.exception('Volume %(vol)s: revoking the host of detached '
+                              'attachment %(att)s failed; it may still '
+                              'reach the volume (the reconciler and the '
+                              'next grant cut it).',
+                              {'vol': volume_id, 'att': attachment_id})
 
     def _remove_export_locked(self, context, volume):
         force_detach_flow.run_remove_export(context, self, volume)
@@ -154,9 +237,17 @@ class ForceDetachMixin(object):
         host's own connections (image copy, backup, migration) and volumes
         in any other status are Cinder's to decide, and so is a call that
         names no host (a driver reading its own connection data).
+
+        Before any host is granted, the holders the backend shows that no
+        live attachment explains (a reset of the volume's state left them)
+        are cut off: see :mod:`cinder_forcedetach.grant_fence`.
         """
         with force_detach_flow.volume_lock(volume.id):
-            self._check_grant(volume, connector)
+            fresh = self._check_grant(volume, connector)
+            if connector and fresh is not None:
+                grant_fence.fence_before_grant(
+                    self, cinder_context.get_admin_context(), fresh,
+                    connector, fresh.volume_attachment)
             return self.initialize_connection_unlocked(volume, connector)
 
     def _ensure_export_locked(self, context, volume):
@@ -180,18 +271,25 @@ class ForceDetachMixin(object):
             return self.ensure_export_unlocked(context, volume)
 
     def _check_grant(self, volume, connector):
+        """Refuse a host a force-detach ended; the volume as read now.
+
+        Returns None when the volume is gone.
+        """
+        try:
+            fresh = objects.Volume.get_by_id(
+                cinder_context.get_admin_context(), volume.id)
+        except exception.VolumeNotFound:
+            return None
         host = (connector or {}).get('host')
         if not host or host in self.local_host_names():
-            return      # no remote host named: not a grant to one
-        fresh = objects.Volume.get_by_id(cinder_context.get_admin_context(),
-                                         volume.id)
+            return fresh    # no remote host named: not a grant to one
         if fresh.status != 'available':
-            return
+            return fresh
         if any(fd_attachments.is_live(a) and (
                 not a.connector or
                 fd_attachments.same_host(a.connector, connector))
                for a in fresh.volume_attachment):
-            return
+            return fresh
         LOG.warning('Volume %(vol)s: refusing access to host %(host)s: the '
                     'volume is available with no attachment of that host '
                     '(a force-detach ended it).',
@@ -239,6 +337,19 @@ class ForceDetachMixin(object):
         Default: the backend cannot tell (its volumes are not audited).
         """
         raise NotImplementedError()
+
+    def volume_holders(self, volume: objects.Volume) -> Optional[list]:
+        """Who the backend lets reach *volume* now, or None if it cannot tell.
+
+        ``[cinder_forcedetach.audit.evidence.Holder]``, read before every
+        grant (:mod:`cinder_forcedetach.grant_fence`).  Default: this
+        volume's entry of :meth:`audit_holders`; a driver overrides it
+        with a read of the one volume.
+        """
+        try:
+            return self.audit_holders().get(volume.name, [])
+        except NotImplementedError:
+            return None
 
     def local_connection_info(self, volume: objects.Volume,
                               connector: dict) -> Optional[dict]:

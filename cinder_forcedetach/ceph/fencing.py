@@ -377,24 +377,38 @@ class Fencing(object):
         """
         result = {}
         with cluster.connect(self.access, self.pool) as (client, ioctx):
-            own = {normalize_addr(client.get_addrs())}
-            fenced = {normalize_addr(e['addr']) for e in cluster.mon_json(
-                client, {'prefix': 'osd blocklist ls'})}
+            ignored = self._ignored(client)
             for name in rbd.RBD().list(ioctx):
-                try:
-                    with rbd.Image(ioctx, name, read_only=True) as image:
-                        holders = self._holders(ioctx, image, name)
-                except rbd.ImageNotFound:
-                    continue            # deleted while we listed
-                live, seen = [], set()
-                for kind, raw in holders:
-                    addr = normalize_addr(raw)
-                    if addr and addr not in own | fenced | seen:
-                        seen.add(addr)
-                        live.append((kind, addr))
+                live = self._live_holders(ioctx, name, ignored)
                 if live:
                     result[name] = live
         return result
+
+    def image_holders(self, name):
+        """``[(kind, addr)]`` of the live clients holding image *name*."""
+        with cluster.connect(self.access, self.pool) as (client, ioctx):
+            return self._live_holders(ioctx, name, self._ignored(client))
+
+    @staticmethod
+    def _ignored(client):
+        """This driver's own client and every blocklisted one."""
+        return {normalize_addr(client.get_addrs())} | {
+            normalize_addr(e['addr']) for e in cluster.mon_json(
+                client, {'prefix': 'osd blocklist ls'})}
+
+    def _live_holders(self, ioctx, name, ignored):
+        try:
+            with rbd.Image(ioctx, name, read_only=True) as image:
+                holders = self._holders(ioctx, image, name)
+        except rbd.ImageNotFound:
+            return []               # deleted while we listed
+        live, seen = [], set()
+        for kind, raw in holders:
+            addr = normalize_addr(raw)
+            if addr and addr not in ignored | seen:
+                seen.add(addr)
+                live.append((kind, addr))
+        return live
 
     @staticmethod
     def _read_records(ioctx, prefix=''):

@@ -265,12 +265,14 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
     def audit_holders(self):
         """The array's LUN masking: a holder per mapped host (one read)."""
-        return {volume: [evidence.Holder(
-            'mapping', frozenset('wwpn:%s' % evidence.normalize_wwpn(w)
-                                 for w in wwpns), host,
-            {'host': host, 'wwpns': list(wwpns)})
-            for host, wwpns in sorted(hosts.items())]
-            for volume, hosts in self.array.masking().items()}
+        return {volume: [_mapping_holder(host, wwpns)
+                         for host, wwpns in sorted(hosts.items())]
+                for volume, hosts in self.array.masking().items()}
+
+    def volume_holders(self, volume):
+        """The array hosts the volume's LUN is mapped to."""
+        return [_mapping_holder(host, self.array.host_wwpns(host))
+                for host in sorted(self.array.hosts_of_volume(volume.name))]
 
     def _attached_hosts(self, volume):
         """Array hosts of the FC connectors of the volume's attachments."""
@@ -299,3 +301,11 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
         targets = self.array.target_ports()
         return self._connection_info(volume, lun, targets,
                                      {w: list(targets) for w in wwpns})
+
+
+def _mapping_holder(host, wwpns):
+    """The audit's holder of a LUN mapped to array host *host*."""
+    return evidence.Holder(
+        'mapping', frozenset('wwpn:%s' % evidence.normalize_wwpn(w)
+                             for w in wwpns), host,
+        {'host': host, 'wwpns': list(wwpns)})

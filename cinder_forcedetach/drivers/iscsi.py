@@ -129,6 +129,10 @@ class TgtISCSIDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
         """ACL entries and sessions of every target (one ``tgtadm show``)."""
         return self.exports.holders()
 
+    def volume_holders(self, volume):
+        """ACL entries and sessions of the volume's target (one read)."""
+        return self.exports.volume_holders(volume)
+
     def local_connection_info(self, volume, connector):
         return {'driver_volume_type': 'iscsi',
                 'data': self.connection_data(volume)}

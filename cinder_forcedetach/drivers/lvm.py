@@ -108,6 +108,12 @@ class LVMVolumeDriver(mixin.ForceDetachMixin, upstream_lvm.LVMVolumeDriver):
             raise NotImplementedError()
         return self.target_driver.exports.holders()
 
+    def volume_holders(self, volume):
+        """On our tgt target: the volume's ACL entries and sessions."""
+        if not self.our_target:
+            return None
+        return self.target_driver.exports.volume_holders(volume)
+
     # -- force-detach hooks ------------------------------------------------
 
     def revoke_host_access(self, volume, connector):

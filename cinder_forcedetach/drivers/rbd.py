@@ -188,10 +188,13 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
 
         Neither this driver's own client nor fenced ones.
         """
-        return {name: [evidence.Holder(
-            kind, frozenset({'ip:' + fencing.addr_ip(addr)}), addr,
-            {'ip': fencing.addr_ip(addr)}) for kind, addr in clients]
-            for name, clients in self._fencing().holders().items()}
+        return {name: [_client_holder(kind, addr) for kind, addr in clients]
+                for name, clients in self._fencing().holders().items()}
+
+    def volume_holders(self, volume):
+        """The live clients of the volume's image (one connection)."""
+        return [_client_holder(kind, addr) for kind, addr in
+                self._fencing().image_holders(volume.name)]
 
     # -- images ------------------------------------------------------------
 
@@ -287,3 +290,9 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
         super(RBDDriver, self).delete_volume(volume)
         if (volume.admin_metadata or {}).get(REIMAGE_MARK):
             self._images().remove_reimage_leftovers(volume.name)
+
+
+def _client_holder(kind, addr):
+    """The audit's holder of a librbd client, keyed by its IP."""
+    ip = fencing.addr_ip(addr)
+    return evidence.Holder(kind, frozenset({'ip:' + ip}), addr, {'ip': ip})

@@ -284,23 +284,14 @@ class VolumeExports(object):
         (:mod:`cinder_forcedetach.audit`).
         """
         prefix = self.configuration.target_prefix
-        result = {}
-        for name, state in self.target.list_targets().items():
-            if not name.startswith(prefix):
-                continue
-            holders = [_initiator_holder('acl', i) for i in state.acls]
-            holders += [_initiator_holder('session', s.initiator)
-                        for s in state.sessions if s.initiator]
-            # Ours never writes address rules: no connector revokes one.
-            for rule in state.address_acls:
-                keys = {evidence.ANY_HOST} if rule == 'ALL' else {'ip:' + rule}
-                holders.append(evidence.Holder('address-acl',
-                                               frozenset(keys), rule, None))
-            if not holders:
-                holders.append(evidence.Holder('export', frozenset(), name,
-                                               None))
-            result[name[len(prefix):]] = holders
-        return result
+        return {name[len(prefix):]: _state_holders(state)
+                for name, state in self.target.list_targets().items()
+                if name.startswith(prefix)}
+
+    def volume_holders(self, volume):
+        """The holders of *volume*'s target alone (see :meth:`holders`)."""
+        state = self.target.find(self.target_name(volume))
+        return [] if state is None else _state_holders(state)
 
     @staticmethod
     def kept_initiators(volume, connector):
@@ -313,6 +304,22 @@ class VolumeExports(object):
                     initiator not in kept):
                 kept.append(initiator)
         return kept
+
+
+def _state_holders(state):
+    """The audit's holders of one target."""
+    holders = [_initiator_holder('acl', i) for i in state.acls]
+    holders += [_initiator_holder('session', s.initiator)
+                for s in state.sessions if s.initiator]
+    # Ours never writes address rules: no connector revokes one.
+    for rule in state.address_acls:
+        keys = {evidence.ANY_HOST} if rule == 'ALL' else {'ip:' + rule}
+        holders.append(evidence.Holder('address-acl', frozenset(keys), rule,
+                                       None))
+    if not holders:
+        holders.append(evidence.Holder('export', frozenset(), state.name,
+                                       None))
+    return holders
 
 
 @functools.lru_cache(maxsize=65536)

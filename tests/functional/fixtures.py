@@ -8,6 +8,7 @@ secret file so it never appears on a command line.
 
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -170,6 +171,5 @@ class QemuIoInitiator(object):
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=5)
-        for name in os.listdir(self._dir):
-            os.unlink(os.path.join(self._dir, name))
-        os.rmdir(self._dir)
+        if os.path.isdir(self._dir):
+            shutil.rmtree(self._dir)
