@@ -185,19 +185,24 @@ class ForceDetachMixin(object):
         ctxt = cinder_context.get_admin_context()
         deadline = time.monotonic() + self.configuration.safe_get(
             'forcedetach_detach_wait_seconds')
-        while True:
-            still = {a.id for a in objects.VolumeAttachmentList.
-                     get_all_by_volume_id(ctxt, volume_id)
-                     if fd_attachments.is_live(a)}
-            ended = sorted(live_ids - still)
-            if ended:
-                break
+        ended = []
+        while not ended:
             if time.monotonic() >= deadline:
                 LOG.info('Volume %s: no attachment was detached after '
                          'terminate_connection without a connector; '
                          'nothing revoked.', volume_id)
                 return
             time.sleep(0.05)
+            try:
+                still = {a.id for a in objects.VolumeAttachmentList.
+                         get_all_by_volume_id(ctxt, volume_id)
+                         if fd_attachments.is_live(a)}
+            except Exception as err:
+                LOG.warning('Volume %(vol)s: cannot read its attachments '
+                            '(%(err)s); nothing revoked.',
+                            {'vol': volume_id, 'err': err})
+                return
+            ended = sorted(live_ids - still)
         deleted = ctxt.elevated(read_deleted='yes')
         for attachment_id in ended:
             old = objects.VolumeAttachment.get_by_id(deleted, attachment_id)

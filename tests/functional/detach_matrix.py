@@ -13,14 +13,20 @@
 """The detach matrix both backends run: rows, and the call of each row.
 
 Rows: {one attachment, two on one host, two on two hosts} x {connector and
-attachment id, attachment id alone, neither} x {admin, service}.  A test
+attachment id, attachment id alone, neither} x {admin, service}.  A service's
+os-force_detach of one attachment of two hosts names the attachment and
+no connector: that host leaves, the other keeps its access.  A test
 case supplies ``live_client(connection_info, host, index)`` (an initiator
 or librbd client holding the volume for *host*), ``assert_agree(volume
 id, [(attachment id, host, live client)])`` -> the live attachment ids,
 and ``connector_for(host)``.
 """
 
+import time
+
 from cinder.tests.functional.api import client
+
+from cinder_forcedetach.audit import evidence
 
 LAYOUTS = {
     'single': ['compute1'],
@@ -33,23 +39,47 @@ CASES = [(layout, request, service)
          for service in (False, True)]
 
 
-def refused_status(attached, connector, service):
-    """What Cinder and the driver answer a row that must change nothing.
+def refused_status(attached, connector, attachment_id, service):
+    """What Cinder answers a row that must change nothing.
 
     Cinder's bug 2004555 guard: only a service may end one of several
-    attachments (409 before any driver call).  Without a connector on
-    several live attachments the driver cannot know which host leaves
-    (500, nothing revoked).
+    attachments (409 before any driver call).  With neither a connector
+    nor an attachment id on several live attachments nothing names a host:
+    Cinder's detach refuses (400) and the driver revoked nothing.
     """
     if len(attached) > 1 and not service:
         return 409
-    if len(attached) > 1 and connector is None:
-        return 500
+    if len(attached) > 1 and connector is None and attachment_id is None:
+        return 400
     return None
+
+
+def revoked_after_detach(attached, connector, refused):
+    """Whether the leaving host is revoked once Cinder's detach ended it.
+
+    Without a connector Cinder names the attachment only to its own
+    detach; the driver revokes that host right after (the mixin's
+    ``_revoke_after_detach``), unless the host keeps another attachment.
+    """
+    hosts = {host for _a, host, _c in attached}
+    return (not refused and connector is None and len(attached) > 1 and
+            len(hosts) > 1)
 
 
 class DetachMatrix(object):
     """``run_row``: one os-force_detach through the API, then agreement."""
+
+    def wait_host_revoked(self, vol_id, host, timeout=10):
+        """Until the driver's holders of the volume no longer show *host*."""
+        keys = evidence.connector_keys(self.connector_for(host))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            holders = self.driver.volume_holders(self.db_volume(vol_id))
+            if not any(h.keys & keys for h in holders):
+                return
+            time.sleep(0.1)
+        self.fail('%s still holds volume %s %d s after the detach' % (
+            host, vol_id, timeout))
 
     def setup_layout(self, layout):
         """A volume attached as *layout* says, a live client per host."""
@@ -70,7 +100,7 @@ class DetachMatrix(object):
         connector = (self.connector_for(leaving_host)
                      if request == 'connector' else None)
         attachment_id = leaving_id if request != 'neither' else None
-        refused = refused_status(attached, connector, service)
+        refused = refused_status(attached, connector, attachment_id, service)
         if refused:
             err = self.assertRaises(
                 client.OpenStackApiException, self.force_detach_api, vol_id,
@@ -80,6 +110,8 @@ class DetachMatrix(object):
             self.force_detach_api(vol_id, connector, attachment_id,
                                   service=service)
         self.wait_volume(vol_id, ('available', 'in-use'))
+        if revoked_after_detach(attached, connector, refused):
+            self.wait_host_revoked(vol_id, leaving_host)
         live = self.assert_agree(vol_id, attached)
         expected = {a for a, _h, _c in attached}
         if not refused:

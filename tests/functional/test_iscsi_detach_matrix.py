@@ -17,10 +17,11 @@ attachment id, attachment id alone, neither} x {admin, service}, through
 the real API on a real tgtd, a live qemu-io initiator per attachment.
 After each call the database and the backend agree: every host with a live
 attachment can write, every other host cannot, and a volume with no live
-attachment has no target.  Where Cinder names no host (no connector) on a
-volume with several live attachments, the driver cannot know which one
-leaves: the call fails (500) with nothing changed.  Without a service
-token Cinder itself refuses (409) to end one of several attachments.
+attachment has no target.  An attachment id without a connector names
+the host that leaves through the connector stored on that attachment
+(revoked once Cinder's detach has ended it); with neither, Cinder refuses
+(400) with nothing changed.  Without a service token Cinder itself
+refuses (409) to end one of several attachments.
 """
 
 import ddt

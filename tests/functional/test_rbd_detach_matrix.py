@@ -19,11 +19,12 @@ librbd writer per attachment at its host's own loopback address.  After
 each call the database and the cluster agree: the writer of every host
 with a live attachment goes on writing and is not blocklisted; every other
 writer is fenced (its next write fails with errno 108) and blocklisted; a
-volume with no live attachment takes a new client at once.  Where Cinder
-names no host (no connector) on a volume with several live attachments,
-the driver cannot know which one leaves: the call fails (500) with nothing
-changed.  Without a service token Cinder itself refuses (409) to end one
-of several attachments.
+volume with no live attachment takes a new client at once.  An attachment
+id without a connector names the host that leaves through the connector
+stored on that attachment (fenced once Cinder's detach has ended it);
+with neither, Cinder refuses (400) with nothing changed.  Without a
+service token Cinder itself refuses (409) to end one of several
+attachments.
 """
 
 import ddt
