@@ -43,19 +43,18 @@ import json
 import types
 
 from cinder.db import api as db_api
-from cinder import rpc
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.audit import evidence
+from cinder_forcedetach import notifications
 
 LOG = logging.getLogger(__name__)
 
 #: Volume admin metadata: the last holders a grant cut, and when.
 RECORD_KEY = 'forcedetach_grant_fence'
-#: The notification every forced detach sends; ``reason`` says whose.
-EVENT = 'forcedetach.detach.forced'
+#: ``reason`` of the ``forcedetach.detach.forced`` notification.
 REASON = 'grant'
 
 
@@ -128,7 +127,11 @@ def fence_before_grant(driver, context, volume, connector, attachments):
                          [types.SimpleNamespace(connector=c)
                           for c in explaining])
     _record(context, volume, connector, labels)
-    _notify(driver, context, volume, connector, labels)
+    notifications.notify(
+        context, getattr(driver, 'host', None), notifications.DETACH_FORCED,
+        {'volume_id': volume.id, 'reason': REASON,
+         'granted_to': connector.get('host'), 'cut': labels},
+        priority='warn')
     return cut
 
 
@@ -142,16 +145,3 @@ def _record(context, volume, connector, labels):
         text = json.dumps(value)
     db_api.volume_admin_metadata_update(context.elevated(), volume.id,
                                         {RECORD_KEY: text[:255]}, False)
-
-
-def _notify(driver, context, volume, connector, labels):
-    if not rpc.initialized():
-        return
-    try:
-        rpc.get_notifier('volume', getattr(driver, 'host', None)).warn(
-            context, EVENT, {'volume_id': volume.id, 'reason': REASON,
-                             'granted_to': connector.get('host'),
-                             'cut': labels})
-    except Exception:
-        LOG.warning('Could not notify %(event)s of volume %(vol)s.',
-                    {'event': EVENT, 'vol': volume.id}, exc_info=True)

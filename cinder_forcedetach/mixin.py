@@ -56,6 +56,7 @@ from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import grant_fence
 from cinder_forcedetach import image
+from cinder_forcedetach import reconciler
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
@@ -92,6 +93,9 @@ class ForceDetachMixin(object):
         if getattr(self, 'configuration', None):
             self.configuration.append_config_values(force_detach_opts)
             self.configuration.append_config_values(image.image_opts)
+            self.configuration.append_config_values(
+                reconciler.reconcile_opts)
+        self.reconciler = None
         # What grants access and what Cinder removes itself (detach,
         # attachment delete, volume delete) run under the volume's lock,
         # the flow's: a grant never lands between a force-detach's steps.
@@ -105,7 +109,26 @@ class ForceDetachMixin(object):
     @staticmethod
     def get_driver_options():
         """The mixin's options; a driver adds its own."""
-        return force_detach_opts + image.image_opts
+        return (force_detach_opts + image.image_opts +
+                reconciler.reconcile_opts)
+
+    def set_initialized(self):
+        """Cinder's volume service is ready: start the reconciler."""
+        super(ForceDetachMixin, self).set_initialized()
+        if self.reconciler is None:
+            self.reconciler = reconciler.Reconciler(self).start()
+
+    def get_volume_stats(self, refresh=False):
+        """Cinder's stats, with the reconciler's counts in every pool."""
+        stats = super(ForceDetachMixin, self).get_volume_stats(refresh)
+        if self.reconciler is None or not stats:
+            return stats
+        counts = self.reconciler.capabilities()
+        stats = dict(stats, **counts)
+        if stats.get('pools'):
+            stats['pools'] = [dict(pool, **counts)
+                              for pool in stats['pools']]
+        return stats
 
     # -- the public entry points ----------------------------------------
 

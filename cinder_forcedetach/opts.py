@@ -26,6 +26,7 @@ from cinder_forcedetach.drivers import iscsi
 from cinder_forcedetach.drivers import rbd
 from cinder_forcedetach import image
 from cinder_forcedetach import mixin
+from cinder_forcedetach import reconciler
 
 
 def list_opts():
@@ -33,4 +34,5 @@ def list_opts():
     return [(configuration.SHARED_CONF_GROUP,
              list(itertools.chain(mixin.force_detach_opts, image.image_opts,
                                   common.volume_file_opts, iscsi.iscsi_opts,
-                                  sqlite_array.fc_opts, rbd.rbd_opts)))]
+                                  sqlite_array.fc_opts, rbd.rbd_opts,
+                                  reconciler.reconcile_opts)))]

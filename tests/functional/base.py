@@ -101,6 +101,10 @@ class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
     def _get_flags(self):
         f = super(CinderServicesTestCase, self)._get_flags()
         f['default_volume_type'] = {'v': self._vol_type_name}
+        # The reconciler would outlive this test's services in the test
+        # process and audit the next test's volumes: tests that want it
+        # (test_reconciler) turn it on.
+        f['forcedetach_reconcile_interval'] = {'v': 0, 'g': BACKEND}
         return f
 
     def _start_api_service(self):
