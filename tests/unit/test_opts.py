@@ -21,6 +21,7 @@ from cinder_forcedetach.drivers import rbd
 from cinder_forcedetach import image
 from cinder_forcedetach import mixin
 from cinder_forcedetach import opts
+from cinder_forcedetach import reconciler
 
 
 class ListOptsTestCase(testtools.TestCase):
@@ -31,7 +32,8 @@ class ListOptsTestCase(testtools.TestCase):
         owned = [o.dest for o in (mixin.force_detach_opts + image.image_opts
                                   + common.volume_file_opts
                                   + iscsi.iscsi_opts + sqlite.fc_opts
-                                  + rbd.rbd_opts)]
+                                  + rbd.rbd_opts
+                                  + reconciler.reconcile_opts)]
         self.assertEqual(sorted(owned), sorted(listed))
         self.assertEqual(len(set(listed)), len(listed))
         self.assertIn('forcedetach_rbd_blocklist_expire_seconds', listed)

@@ -107,8 +107,17 @@ class FCTestCase(test.TestCase):
         return vol
 
     def attach(self, vol_label, host_label):
-        return self.driver.initialize_connection(self.volume(vol_label),
-                                                 connector(host_label))
+        """A grant, then the attachment row Cinder stores after it.
+
+        Without the row, a later grant to another host would find this
+        host's mapping unexplained and cut it (fence on grant).
+        """
+        vol = self.volume(vol_label)
+        info = self.driver.initialize_connection(vol, connector(host_label))
+        objects.VolumeAttachment(
+            context=self.ctxt, volume_id=vol.id, attach_status='attached',
+            connector=connector(host_label)).create()
+        return info
 
     def maps(self):
         """{volume label: sorted host labels} as the array has them."""
