@@ -119,9 +119,13 @@ class ForceDetachMixin(object):
             self.reconciler = reconciler.Reconciler(self).start()
 
     def get_volume_stats(self, refresh=False):
-        """Cinder's stats, with the reconciler's counts in every pool."""
+        """Cinder's stats, with the reconciler's counts in every pool.
+
+        Only while the reconciler runs (an interval of 0 adds nothing).
+        """
         stats = super(ForceDetachMixin, self).get_volume_stats(refresh)
-        if self.reconciler is None or not stats:
+        if self.reconciler is None or not self.reconciler.running or (
+                not stats):
             return stats
         counts = self.reconciler.capabilities()
         stats = dict(stats, **counts)

@@ -118,6 +118,10 @@ class Reconciler(object):
                  {'backend': self.backend, 'n': self.interval})
         return self
 
+    @property
+    def running(self):
+        return self._timer is not None
+
     def stop(self):
         if self._timer is not None:
             self._timer.stop()
