@@ -1012,6 +1012,17 @@ def main():
                 flush=True)
         report(sizes, results, infos, setup)
         print('load %s at end' % load())
+        wrong = ['N=%d: %s' % (n, what) for n in sizes
+                 for what, count in (
+                     ('missed seeds', sum(results[n]['missed'].values())),
+                     ('false positives',
+                      sum(results[n]['false_positives'].values())),
+                     ('reconciler sources unreachable',
+                      len(results[n]['reconciler']['unreachable'])))
+                 if count]
+        for what in wrong:
+            print('CHECK FAILED: %s' % what, file=sys.stderr)
+        return 1 if wrong else 0
     finally:
         if tgtd is not None:
             tgtd.stop()

@@ -212,6 +212,10 @@ def old_volume(cluster, ctx, ours, size_gb):
     return vol
 
 
+#: What a run found wrong (the checks, not the figures): exit status 1.
+FAILED = []
+
+
 def check_content(read, size_gb):
     """'verified', or what is wrong; *read(offset, length)* reads it."""
     for i in range(size_gb * units.Gi // STRIDE):
@@ -293,6 +297,9 @@ def bench_reimage(cluster, ctx, ours, upstream, workdir, size_gb,
         finally:
             CONF.clear_override('allowed_direct_url_schemes')
         result = verify(cluster, vol, size_gb)
+        if result != 'verified':
+            FAILED.append('reimage %d GiB by %s: %s' % (size_gb, way,
+                                                        result))
         path_taken = path_check(way, cluster, vol, images, size_gb)
         if path_taken:
             result += '; ' + path_taken
@@ -487,6 +494,9 @@ def print_detach(results, window):
           'nothing lands after "available": %s (%d blocks)' % (
               'met' if ours_new < 1 else 'NOT MET', ours_new,
               'met' if ours_landed == 0 else 'NOT MET', ours_landed))
+    if ours_landed:
+        FAILED.append('ours: %d blocks of the old writer landed after '
+                      '"available"' % ours_landed)
     print('  upstream\'s new writer takes the exclusive lock by request '
           'while the old client still runs: both write the same image.')
     print('  Anchors (quoted, not measured here): Kubernetes force-detaches '
@@ -627,7 +637,10 @@ def main():
         coordination.COORDINATOR.stop()
         cluster.release()
         shutil.rmtree(workdir, ignore_errors=True)
+    for failure in FAILED:
+        print('CHECK FAILED: %s' % failure, file=sys.stderr)
+    return 1 if FAILED else 0
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

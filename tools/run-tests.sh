@@ -15,9 +15,18 @@
 # Each stestr run is counted exactly once, from the subunit stream of that
 # very run (never from "stestr last", which would re-count an older run).
 #
-# Usage: tools/run-tests.sh [--no-install] [stestr filter...]
+# Usage: tools/run-tests.sh [--no-install] [--fast] [stestr filter...]
 # (a filter goes to every run; a run it matches no test of fails, as
 # before: the closing line counts it as 1 failure)
+#   --fast       the developers' tier: pep8, unit and upstream tests only
+#                (the closing line says what was not run)
+# Each stage prints its wall time, and a "stages:" line lists them all
+# before the closing line.  After the functional tests every benchmark
+# command README prints runs at a smoke size (tools/benchmark-smoke.sh):
+# no figure is asserted, only that it runs to its table and that its own
+# checks (nothing left after teardown, nothing landing after a fence,
+# content verified) hold; "; benchmarks: N ran, N failed" in the
+# closing line.
 # Environment:
 #   ALLOW_SKIPS=1            skipped tests do not fail the run
 #   SKIP_PEP8=1              do not run flake8 (the closing line says so)
@@ -31,11 +40,28 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 VENV=${VENV:-.venv}
-if [ "${1:-}" = "--no-install" ]; then shift; else
+install=1; fast=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --no-install) install=0; shift ;;
+        --fast) fast=1; shift ;;
+        *) break ;;
+    esac
+done
+stages=""
+# stage_done NAME START: record and print a stage's wall time.
+stage_done() {
+    local seconds=$((SECONDS - $2))
+    stages="${stages:+$stages, }$1 ${seconds} s"
+    echo "-- $1: ${seconds} s"
+}
+if [ $install = 1 ]; then
+    t0=$SECONDS
     tools/install-deps.sh "$VENV" || exit 1
     if [ -x tools/install-ceph.sh ]; then
         tools/install-ceph.sh "$VENV" || exit 1
     fi
+    stage_done install $t0
 fi
 case $VENV in
     /*) export PATH="$VENV/bin:$PATH" ;;
@@ -138,27 +164,61 @@ if [ "${SKIP_PEP8:-0}" = 1 ]; then
     pep8="; pep8: not run"
 else
     echo "== pep8"
+    t0=$SECONDS
     if ! flake8; then echo "pep8: FAILED"; pep8="; pep8: FAILED"; rc=1; fi
+    stage_done pep8 $t0
 fi
 
 echo "== unit tests"
+t0=$SECONDS
 run_stestr unit "$UNIT_TEST_PATH" "$@"
+stage_done unit $t0
 
 echo "== upstream Cinder's driver tests on our drop-in drivers"
+t0=$SECONDS
 run_stestr upstream "$UPSTREAM_TEST_PATH" "$@"
+stage_done upstream $t0
 
-echo "== functional tests"
-run_stestr functional "$FUNCTIONAL_TEST_PATH" \
-    --concurrency "${FUNCTIONAL_CONCURRENCY:-2}" "$@"
+notrun=""
+if [ $fast = 1 ]; then
+    echo "== functional tests, benchmarks, tempest: not run (--fast)"
+    notrun="; functional, benchmarks, tempest: not run (--fast)"
+else
+    echo "== functional tests"
+    t0=$SECONDS
+    run_stestr functional "$FUNCTIONAL_TEST_PATH" \
+        --concurrency "${FUNCTIONAL_CONCURRENCY:-2}" "$@"
+    stage_done functional $t0
+fi
+
+benchmarks=""
+if [ $fast = 0 ] && [ -x tools/benchmark-smoke.sh ]; then
+    if [ $# -gt 0 ]; then
+        echo "== benchmarks: not run (a test filter)"
+        benchmarks="; benchmarks: not run"
+    else
+        echo "== benchmarks at smoke size (tools/benchmark-smoke.sh)"
+        t0=$SECONDS
+        tools/benchmark-smoke.sh | tee "$work/benchmarks.out"
+        bench_rc=${PIPESTATUS[0]}
+        line=$(grep '^benchmarks: ' "$work/benchmarks.out" | tail -n 1)
+        benchmarks="; ${line:-benchmarks: FAILED}"
+        if [ "$bench_rc" -ne 0 ] || [ -z "$line" ]; then
+            rc=1
+        fi
+        stage_done benchmarks $t0
+    fi
+fi
 
 tempest=""
-if [ -f tools/run_tempest.py ]; then
+if [ $fast = 0 ] && [ -f tools/run_tempest.py ]; then
     if [ "${SKIP_TEMPEST:-0}" = 1 ] || [ $# -gt 0 ]; then
         echo "== tempest: not run (SKIP_TEMPEST=1 or a test filter)"
         tempest="; tempest: not run"
     else
         echo "== tempest (volume and compute volume tests on the --nova box:" \
              "once on our tgt driver, once on our RBD driver)"
+        t0=$SECONDS
         python tools/run_tempest.py | tee "$work/tempest.out"
         tempest_rc=${PIPESTATUS[0]}
         line=$(grep '^tempest: ran' "$work/tempest.out" | tail -n 1)
@@ -168,6 +228,7 @@ if [ -f tools/run_tempest.py ]; then
             tempest="${line:+; ${line%% (*}}; tempest: FAILED"
             rc=1
         fi
+        stage_done tempest $t0
     fi
 fi
 
@@ -188,5 +249,6 @@ if [ "$xfailed" -gt 0 ]; then
     echo "expected failures: $xfailed upstream test(s), counted as passed," \
          "each listed with its reason in tests/upstream/differences.txt"
 fi
-echo "tests: $passed passed, $failed failed, $skipped skipped$pep8$tempest"
+echo "stages: $stages"
+echo "tests: $passed passed, $failed failed, $skipped skipped$pep8$notrun$benchmarks$tempest"
 exit $rc
