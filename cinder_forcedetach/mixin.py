@@ -38,8 +38,6 @@ What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from typing import Any, BinaryIO, Optional
 
 from cinder import context as cinder_context
@@ -172,7 +170,8 @@ class ForceDetachMixin(object):
         (Cinder then keeps it), as the manager's attachment delete expects.
         Without a connector it tears down every host; with several live
         attachments and no connector (``os-force_detach`` naming only an
-        attachment) see :meth:`_revoke_after_detach`.
+        attachment) see
+        :func:`cinder_forcedetach.flows.force_detach.revoke_after_detach`.
         """
         if connector is None:
             live = [a for a in objects.VolumeAttachmentList.
@@ -180,80 +179,13 @@ class ForceDetachMixin(object):
                                          volume.id)
                     if fd_attachments.is_live(a)]
             if len(live) > 1:
-                return self._revoke_after_detach(volume, live)
+                return force_detach_flow.revoke_after_detach(
+                    self, volume, live,
+                    self.configuration.safe_get(
+                        'forcedetach_detach_wait_seconds'))
         return force_detach_flow.run(
             cinder_context.get_admin_context(), self, volume,
             connector=connector, reset_database=False)
-
-    def _revoke_after_detach(self, volume, live):
-        """Revoke the host of the attachment Cinder's detach ends next.
-
-        ``os-force_detach {attachment_id}`` without a connector calls
-        ``terminate_connection(volume, None)``, which names no attachment,
-        and then the manager's ``detach_volume``, which ends the named
-        attachment (``finish_detach``) without a driver call that names
-        it.  So nothing is revoked now (True: the export stays); a watcher
-        waits, up to ``forcedetach_detach_wait_seconds``, for one of the
-        *live* attachments to end, and then revokes its host from the
-        connector stored on that attachment, through the flow, unless the
-        host keeps another live attachment.  Where nothing names an
-        attachment Cinder's detach refuses (400) and nothing ends.
-        """
-        ids = frozenset(a.id for a in live)
-        LOG.info('Volume %(vol)s: %(n)d live attachments and no connector; '
-                 'the host of the attachment Cinder detaches next is '
-                 'revoked then.', {'vol': volume.id, 'n': len(ids)})
-        watcher = threading.Thread(target=self._revoke_ended,
-                                   args=(volume.id, ids), daemon=True)
-        watcher.start()
-        return True
-
-    def _revoke_ended(self, volume_id, live_ids):
-        ctxt = cinder_context.get_admin_context()
-        deadline = time.monotonic() + self.configuration.safe_get(
-            'forcedetach_detach_wait_seconds')
-        ended = []
-        while not ended:
-            if time.monotonic() >= deadline:
-                LOG.info('Volume %s: no attachment was detached after '
-                         'terminate_connection without a connector; '
-                         'nothing revoked.', volume_id)
-                return
-            time.sleep(0.05)
-            try:
-                still = {a.id for a in objects.VolumeAttachmentList.
-                         get_all_by_volume_id(ctxt, volume_id)
-                         if fd_attachments.is_live(a)}
-            except Exception as err:
-                LOG.warning('Volume %(vol)s: cannot read its attachments '
-                            '(%(err)s); nothing revoked.',
-                            {'vol': volume_id, 'err': err})
-                return
-            ended = sorted(live_ids - still)
-        deleted = ctxt.elevated(read_deleted='yes')
-        for attachment_id in ended:
-            old = objects.VolumeAttachment.get_by_id(deleted, attachment_id)
-            if not old.connector:
-                continue
-            try:
-                volume = objects.Volume.get_by_id(ctxt, volume_id)
-                if any(fd_attachments.is_live(a) and
-                       fd_attachments.same_host(a.connector, old.connector)
-                       for a in volume.volume_attachment):
-                    LOG.info('Volume %(vol)s: host %(host)s keeps another '
-                             'attachment; its access stays.',
-                             {'vol': volume_id,
-                              'host': old.connector.get('host')})
-                    continue
-                force_detach_flow.run(ctxt, self, volume,
-                                      connector=old.connector,
-                                      reset_database=False)
-            except Exception:
-                LOG.exception('Volume %(vol)s: revoking the host of detached '
-                              'attachment %(att)s failed; it may still '
-                              'reach the volume (the reconciler and the '
-                              'next grant cut it).',
-                              {'vol': volume_id, 'att': attachment_id})
 
     def _remove_export_locked(self, context, volume):
         force_detach_flow.run_remove_export(context, self, volume)
@@ -276,7 +208,7 @@ class ForceDetachMixin(object):
         """
         with force_detach_flow.volume_lock(volume.id):
             fresh = self._check_grant(volume, connector)
-            if connector and fresh is not None:
+            if connector:
                 grant_fence.fence_before_grant(
                     self, cinder_context.get_admin_context(), fresh,
                     connector, fresh.volume_attachment)
@@ -303,15 +235,9 @@ class ForceDetachMixin(object):
             return self.ensure_export_unlocked(context, volume)
 
     def _check_grant(self, volume, connector):
-        """Refuse a host a force-detach ended; the volume as read now.
-
-        Returns None when the volume is gone.
-        """
-        try:
-            fresh = objects.Volume.get_by_id(
-                cinder_context.get_admin_context(), volume.id)
-        except exception.VolumeNotFound:
-            return None
+        """Refuse a host a force-detach ended; the volume as read now."""
+        fresh = objects.Volume.get_by_id(cinder_context.get_admin_context(),
+                                         volume.id)
         host = (connector or {}).get('host')
         if not host or host in self.local_host_names():
             return fresh    # no remote host named: not a grant to one

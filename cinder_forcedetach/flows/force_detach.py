@@ -29,8 +29,9 @@ its own host copies)      unlock: the same tasks without the database
 (Cinder: detach,
 attachment delete)
 ``initialize_connection`` lock, refuse a host whose attachment a force-detach
-(Cinder: attachment       ended, grant, unlock (the mixin's wrapper)
-update, legacy attach)
+(Cinder: attachment       ended, cut the holders no live attachment explains
+update, legacy attach)    (:mod:`cinder_forcedetach.grant_fence`), grant,
+                          unlock (the mixin's wrapper)
 ``ensure_export``         lock, read the volume again, re-export if still
 (Cinder: start-up)        in-use to the hosts still attached (not those an
                           interrupted force-detach recorded), unlock
@@ -56,7 +57,10 @@ Cinder's database untouched because the database task is the last one.
 
 
 import base64
+import threading
+import time
 
+from cinder import context as cinder_context
 from cinder import coordination
 from cinder.db import api as db_api
 from cinder import exception
@@ -479,3 +483,76 @@ def run_remove_export(context, driver, volume):
     with lock:
         RemoveExportTask(driver, always=True).execute(context, volume,
                                                       lock=lock)
+
+
+def revoke_after_detach(driver, volume, live, wait_seconds):
+    """Revoke the host of the attachment Cinder's detach ends next.
+
+    ``os-force_detach {attachment_id}`` without a connector calls
+    ``terminate_connection(volume, None)``, which names no attachment, and
+    then the manager's ``detach_volume``, which ends the named attachment
+    (``finish_detach``) with no driver call that names it.  So nothing is
+    revoked now (True: the export stays, as Cinder's return value means);
+    a watcher waits, up to *wait_seconds*, for one of the *live*
+    attachments to end, and then runs this flow (without the database)
+    for the connector stored on it, unless its host keeps another live
+    attachment.  Where nothing names an attachment Cinder's detach refuses
+    (400) and nothing ends.
+    """
+    ids = frozenset(a.id for a in live)
+    LOG.info('Volume %(vol)s: %(n)d live attachments and no connector; the '
+             'host of the attachment Cinder detaches next is revoked then.',
+             {'vol': volume.id, 'n': len(ids)})
+    threading.Thread(target=_revoke_ended, daemon=True,
+                     args=(driver, volume.id, ids, wait_seconds)).start()
+    return True
+
+
+def _ended_attachments(context, volume_id, live_ids, wait_seconds):
+    """Ids of *live_ids* that ended within *wait_seconds* (polled)."""
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        still = {a.id for a in objects.VolumeAttachmentList.
+                 get_all_by_volume_id(context, volume_id)
+                 if fd_attachments.is_live(a)}
+        if live_ids - still:
+            return sorted(live_ids - still)
+    return []
+
+
+def _revoke_ended(driver, volume_id, live_ids, wait_seconds):
+    context = cinder_context.get_admin_context()
+    try:
+        ended = _ended_attachments(context, volume_id, live_ids,
+                                   wait_seconds)
+    except Exception as err:
+        LOG.warning('Volume %(vol)s: cannot read its attachments (%(err)s);'
+                    ' nothing revoked.', {'vol': volume_id, 'err': err})
+        return
+    if not ended:
+        LOG.info('Volume %s: no attachment was detached after '
+                 'terminate_connection without a connector; nothing '
+                 'revoked.', volume_id)
+    deleted = context.elevated(read_deleted='yes')
+    for attachment_id in ended:
+        try:
+            old = objects.VolumeAttachment.get_by_id(deleted, attachment_id)
+            volume = objects.Volume.get_by_id(context, volume_id)
+            if not old.connector or any(
+                    fd_attachments.is_live(a) and
+                    fd_attachments.same_host(a.connector, old.connector)
+                    for a in volume.volume_attachment):
+                LOG.info('Volume %(vol)s: the host of attachment %(att)s '
+                         'keeps another attachment (or never connected); '
+                         'nothing to revoke.',
+                         {'vol': volume_id, 'att': attachment_id})
+                continue
+            run(context, driver, volume, connector=old.connector,
+                reset_database=False)
+        except Exception:
+            LOG.exception('Volume %(vol)s: revoking the host of detached '
+                          'attachment %(att)s failed; it may still reach '
+                          'the volume (the reconciler and the next grant '
+                          'cut it).', {'vol': volume_id,
+                                       'att': attachment_id})
