@@ -22,8 +22,10 @@ Storage vendors run it on their own subclass of
 
 It starts Cinder's API, scheduler and volume service in-process
 (:mod:`.harness`) with the vendor's driver and backend options, runs the
-checks of :mod:`.suite` (one per rule R1..R7, each named after its rule)
+checks of :mod:`.suite` (rules R1..R8, each check named after its rule)
 and prints a summary table (:mod:`.runner`).  What the backend really has
-is read through the vendor's :class:`.probe.AccessProbe`.  See
+is read through the vendor's :class:`.probe.AccessProbe`, which also makes
+each attached host a live client where the protocol has them (tgt: a
+qemu-io/libiscsi session, :mod:`.initiator`; RBD: a librbd client).  See
 ``doc/vendor-guide.md``.
 """

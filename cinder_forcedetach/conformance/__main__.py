@@ -22,14 +22,25 @@ import sys
 
 from cinder_forcedetach.conformance import harness
 from cinder_forcedetach.conformance import runner
+from cinder_forcedetach.conformance import suite
+
+
+def rule_list():
+    """The rules, one a line, for --help."""
+    rules = sorted(suite.RULES, key=lambda rule: int(rule[1:]))
+    lines = ['  %-4s %s' % (rule, suite.RULES[rule]) for rule in rules]
+    return 'rules:\n' + '\n'.join(lines)
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog='python -m cinder_forcedetach.conformance',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description='Conformance kit for ForceDetachMixin drivers: runs '
                     'Cinder (API, scheduler, volume service) in-process '
-                    'on your driver and checks rules R1-R7.')
+                    'on your driver and checks rules R1-R%d.' % len(
+                        suite.RULES),
+        epilog=rule_list() + '\n\nSee doc/vendor-guide.md.')
     parser.add_argument('--driver', help='driver class, module.Class '
                         '(default: volume_driver of the backend section)')
     parser.add_argument('--config', required=True,

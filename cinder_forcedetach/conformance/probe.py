@@ -18,13 +18,18 @@ access: it asks an :class:`AccessProbe`, which reads the backend itself
 for its backend and names it with ``--probe module.Class``; the class is
 built without arguments.
 
-Where access is a live client rather than a grant (RBD), the probe also
-makes the clients: the kit calls :meth:`AccessProbe.connect` after each
-attachment it makes and :meth:`AccessProbe.disconnect_all` when the
-check ends.  Both are no-ops by default.
+Where a host holds a volume through a live session or client (an iSCSI
+session, an RBD client), the probe also makes the clients, as the host
+would: the kit calls :meth:`AccessProbe.connect` after each attachment it
+makes and :meth:`AccessProbe.disconnect_all` when the check ends.  Both
+are no-ops by default.  R8 also asks a probe with clients to write and
+read one block (:meth:`AccessProbe.write_block`,
+:meth:`AccessProbe.read_block`): a write of a host that was cut off must
+not land.
 
 Ours: :class:`TgtProbe` (tgtd targets of
-:class:`~cinder_forcedetach.drivers.iscsi.TgtISCSIDriver`),
+:class:`~cinder_forcedetach.drivers.iscsi.TgtISCSIDriver`, with a live
+qemu-io/libiscsi session per attached host),
 :class:`FCArrayProbe` (LUN masking of
 :class:`~cinder_forcedetach.drivers.fc.FibreChannelDriver`'s array) and
 :class:`cinder_forcedetach.conformance.rbd_probe.RBDProbe` (watchers and
@@ -35,6 +40,14 @@ images, with a live librbd client per host).
 import importlib
 
 from cinder_forcedetach.arrays import base as array_base
+from cinder_forcedetach.conformance import initiator as initiator_mod
+
+#: R8: the size of the block the kit writes and reads through a probe.
+BLOCK = 4096
+
+
+class ProbeError(Exception):
+    """A live client could not be started or used as the kit asked."""
 
 
 class AccessProbe(object):
@@ -83,6 +96,47 @@ class AccessProbe(object):
         volumes; must be idempotent.  Default: nothing.
         """
 
+    def write_block(self, driver, volume, connector, offset, pattern):
+        """Optional (R8): the live client of a host writes one block.
+
+        The client :meth:`connect` started for the host of *connector* on
+        *volume* writes :data:`BLOCK` bytes of the byte *pattern* at
+        *offset*, as its guest would, and waits for the backend's answer
+        (flushed: an acknowledged write is on the backend).  Returns True
+        when the backend acknowledged it, False when it refused it (I/O
+        error, the client fenced), None when no answer came within the
+        probe's own timeout; a client that did not answer is stopped
+        before this returns, so that a write it retries cannot land later.
+        Raises :class:`NotImplementedError` (the default) when the probe
+        has no clients: R8 then checks access alone.
+        """
+        raise NotImplementedError()
+
+    def read_block(self, driver, volume, connector, offset):
+        """Optional (R8): the :data:`BLOCK` bytes *volume* holds at *offset*.
+
+        As the backend has them now: read through the live client of the
+        host of *connector* (a host that has access), or directly from the
+        backend; never from a cache of another client.  None when the read
+        failed.  Default: :class:`NotImplementedError`, as
+        :meth:`write_block`.
+        """
+        raise NotImplementedError()
+
+
+def client_key(volume, connector):
+    """What a probe files the live client of *connector*'s host under."""
+    return (volume.name, (connector or {}).get('host'))
+
+
+def client_for(clients, volume, connector):
+    """The newest of *clients* filed under :func:`client_key`, or None."""
+    key = client_key(volume, connector)
+    for client in reversed(clients):
+        if getattr(client, 'key', None) == key:
+            return client
+    return None
+
 
 class TgtProbe(AccessProbe):
     """The volume's tgt target: ACL entries, address rules and sessions.
@@ -90,7 +144,23 @@ class TgtProbe(AccessProbe):
     Works for any driver with ``target`` (a
     :class:`~cinder_forcedetach.targets.base.ExportTarget`) and
     ``target_name(volume)``, as our tgt driver has.
+
+    Each attached host is a live initiator
+    (:class:`~.initiator.QemuIoInitiator`, qemu-io over libiscsi) that
+    logs in with the connector's initiator name and the attachment's
+    ``connection_info`` (portal, target, LUN, CHAP) and writes its first
+    block, so a host's access is a real session on the target: a driver
+    that unbinds the host's ACL entry and leaves its session still lets
+    the host write, and the probe, which counts sessions as tgtd lists
+    them, says so.  ``write_timeout``: the seconds a live initiator's
+    write may take before it counts as unanswered (a cut-off initiator
+    gets no answer: libiscsi retries its refused login).
     """
+
+    write_timeout = 3
+
+    def __init__(self):
+        self.clients = []
 
     @staticmethod
     def _state(driver, volume):
@@ -109,6 +179,71 @@ class TgtProbe(AccessProbe):
 
     def exported(self, driver, volume):
         return self._state(driver, volume) is not None
+
+    # -- live initiators ---------------------------------------------------
+
+    def connect(self, driver, volume, connector, connection_info):
+        """Log the host of *connector* in, as os-brick would; one write."""
+        info = dict(connection_info or {})
+        info = info.get('data', info)
+        missing = [k for k in ('target_portal', 'target_iqn', 'target_lun')
+                   if info.get(k) in (None, '')]
+        if missing:
+            raise ProbeError('connection_info %r has no %s' % (
+                sorted(info), ', '.join(missing)))
+        host = (connector or {}).get('host')
+        try:
+            client = initiator_mod.QemuIoInitiator(
+                info['target_portal'], info['target_iqn'],
+                (connector or {}).get('initiator'),
+                info.get('auth_username'), info.get('auth_password'),
+                lun=int(info['target_lun']))
+        except OSError as err:
+            raise ProbeError('cannot start qemu-io (with libiscsi), the '
+                             'live initiator of host %s: %s' % (host, err))
+        client.key = client_key(volume, connector)
+        self.clients.append(client)
+        if client.opened is None:
+            raise ProbeError('the live initiator of host %s could not log in '
+                             'to %s at %s: %s' % (
+                                 host, info['target_iqn'],
+                                 info['target_portal'],
+                                 client.output.decode(errors='replace')
+                                 .strip()[-500:]))
+        if client.write(0x5a, 0, BLOCK, timeout=2 * self.write_timeout) \
+                is not True:
+            raise ProbeError('the live initiator of host %s logged in but '
+                             'could not write: %s' % (
+                                 host, client.output.decode(
+                                     errors='replace').strip()[-500:]))
+        return info['target_iqn']
+
+    def write_block(self, driver, volume, connector, offset, pattern):
+        client = client_for(self.clients, volume, connector)
+        if client is None:
+            return None
+        # qemu-io writes through (no cache of its own over libiscsi): an
+        # answer is the target's.
+        done = client.write(pattern, offset, BLOCK,
+                            timeout=self.write_timeout)
+        if done is None:
+            # libiscsi retries a refused reconnect for ever: stop it, so
+            # that the write it holds cannot land later.
+            client.close()
+            self.clients.remove(client)
+        return done
+
+    def read_block(self, driver, volume, connector, offset):
+        client = client_for(self.clients, volume, connector)
+        if client is None:
+            return None
+        return client.read_bytes(offset, BLOCK,
+                                 timeout=2 * self.write_timeout)
+
+    def disconnect_all(self):
+        clients, self.clients = self.clients, []
+        for client in clients:
+            client.close()
 
 
 class FCArrayProbe(AccessProbe):

@@ -21,6 +21,9 @@ librbd client that the OSDs still serve.  So :class:`RBDProbe`
   would (monitors and user from it, the keyring from the probe or the
   driver's configuration), writes one block (so it takes the exclusive
   lock, as a guest does) and holds the image until it is told to close;
+  R8 makes a client write again (:meth:`RBDProbe.write_block`) and reads
+  what the image holds through a fresh connection
+  (:meth:`RBDProbe.read_block`);
 * reads access from the cluster only: the image header's watchers (a
   read-only open, which registers no watch of its own) minus the
   addresses in the OSD blocklist.  A host has access while a watcher at
@@ -57,7 +60,10 @@ KEYRING_ENV = 'CINDER_FORCEDETACH_PROBE_KEYRING'
 
 # A host's librbd client: opens the image, writes its first block, says
 # "READY <address>", holds the image until "close" (or EOF) on stdin, then
-# closes it (its watch goes at once) and says "CLOSED".
+# closes it (its watch goes at once) and says "CLOSED".  Meanwhile
+# "write <offset> <byte>" writes one block of that byte and flushes it:
+# "WROTE <offset>", or "FAILED <offset> <errno> <exception>" (a fenced
+# client's write fails, errno 108).
 CLIENT = r'''
 import json, sys
 import rados, rbd
@@ -75,8 +81,18 @@ image = rbd.Image(ioctx, p['image'])
 image.write(b'conformance live client\n'.ljust(4096, b'.'), 0)
 print('READY', client.get_addrs(), flush=True)
 for line in sys.stdin:
-    if line.strip() == 'close':
+    words = line.split()
+    if words == ['close']:
         break
+    if len(words) == 3 and words[0] == 'write':
+        offset, byte = int(words[1]), int(words[2])
+        try:
+            image.write(bytes([byte]) * 4096, offset)
+            image.flush()
+            print('WROTE', offset, flush=True)
+        except Exception as err:
+            print('FAILED', offset, getattr(err, 'errno', None),
+                  type(err).__name__, flush=True)
 try:
     image.close()
     ioctx.close()
@@ -87,8 +103,8 @@ print('CLOSED', flush=True)
 '''
 
 
-class ProbeError(Exception):
-    """A live client could not be started as the connector says."""
+#: A live client could not be started as the connector says.
+ProbeError = probe.ProbeError
 
 
 class LiveClient(object):
@@ -127,13 +143,17 @@ class LiveClient(object):
                                  err[-1000:]))
         self.addr = fencing.normalize_addr(ready[1])
 
-    def _read_until(self, word, timeout):
-        """The first output line starting with *word* (None: timed out)."""
+    def _read_until(self, word, timeout, start=0):
+        """The first output line from line *start* on starting with *word*.
+
+        *word*: one word or a tuple of them.  None: timed out or exited.
+        """
+        words = (word,) if isinstance(word, str) else tuple(word)
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
         while True:
-            for parts in self.lines:
-                if parts and parts[0] == word:
+            for parts in self.lines[start:]:
+                if parts and parts[0] in words:
                     return parts
             left = deadline - time.monotonic()
             if left <= 0:
@@ -148,6 +168,23 @@ class LiveClient(object):
             *complete, self._buf = self._buf.split(b'\n')
             self.lines.extend(line.decode(errors='replace').split()
                               for line in complete)
+
+    def write(self, offset, byte, timeout):
+        """One block of *byte* at *offset*, flushed.
+
+        True: written; False: the write failed (the line says why, in
+        :attr:`lines`); None: no answer within *timeout* (or it exited).
+        """
+        if self.proc.poll() is not None:
+            return None
+        start = len(self.lines)
+        try:
+            self.proc.stdin.write(b'write %d %d\n' % (offset, byte))
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            return None
+        parts = self._read_until(('WROTE', 'FAILED'), timeout, start=start)
+        return None if parts is None else parts[0] == 'WROTE'
 
     def ask_close(self):
         """Tell it to close the image and exit (see :meth:`wait_closed`)."""
@@ -286,6 +323,7 @@ class RBDProbe(probe.AccessProbe):
         ip = (connector or {}).get('ip')
         client = LiveClient(params, bind_ip=ip, shim=self.bind_shim,
                             timeout=3 * self.timeout)
+        client.key = probe.client_key(volume, connector)
         self.clients.append(client)
         if ip and fencing.addr_ip(client.addr) != ip:
             raise ProbeError(
@@ -294,6 +332,33 @@ class RBDProbe(probe.AccessProbe):
                 'connectors whose ip is this machine\'s source address' % (
                     connector.get('host'), client.addr, ip, SHIM_ENV))
         return client.addr
+
+    def write_block(self, driver, volume, connector, offset, pattern):
+        """The host's live client writes one block (flushed)."""
+        client = probe.client_for(self.clients, volume, connector)
+        if client is None:
+            return None
+        done = client.write(offset, pattern, self.timeout)
+        if done is None:
+            # No answer: stopped, so that the write cannot land later.
+            client.kill()
+            self.clients.remove(client)
+        return done
+
+    def read_block(self, driver, volume, connector, offset):
+        """The block as the cluster has it, through a fresh connection.
+
+        Read-only (no watch, no lock), from this probe's own address: what
+        a fenced client still had in its cache does not count.
+        """
+        pool = driver.configuration.safe_get('rbd_pool')
+        with cluster.connect(self._access(driver), pool) as (_client,
+                                                             ioctx):
+            try:
+                with rbd.Image(ioctx, volume.name, read_only=True) as image:
+                    return image.read(offset, probe.BLOCK)
+            except rbd.ImageNotFound:
+                return None
 
     def disconnect_all(self):
         clients, self.clients = self.clients, []

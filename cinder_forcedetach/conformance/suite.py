@@ -28,12 +28,21 @@ R5        a crash after any step's backend call, then a re-run, converges
 R6        bad connectors are refused, through Cinder's API, before
           anything is exported
 R7        the probe says a detached host lost its access
+R8        no second writer after a reset of the state: host 1 attached
+          (a live session or client), ``os-reset_status`` (Cinder's rows
+          only), host 2 attaches through Cinder's API: host 1 has no
+          access left and a write it tries then does not land (the grant
+          must cut what no live attachment explains: ``volume_holders``)
 ========  ===============================================================
 
 A check is ``test_R<n>_<what>``; its failure message starts with the
 rule (``R1 idempotent revoke_host_access(one host): call 2/10 raised
 ...``).  A check the driver's capabilities exclude is skipped with a
 reason starting ``n/a (capability``.
+
+Where the probe makes live clients (:meth:`~.probe.AccessProbe.connect`:
+tgt sessions, RBD clients), every attached host holds one, so "no access"
+means no grant *and* no live session or client.
 
 On a driver that fences (``fencing``), a host's teardown is
 ``revoke_host_access`` then ``fence_clients``, as in the flow: the checks
@@ -52,6 +61,7 @@ import fixtures
 
 from cinder.tests.functional.api import client
 from cinder_forcedetach.conformance import harness
+from cinder_forcedetach.conformance import probe as probe_mod
 from cinder_forcedetach import exception as fd_exception
 
 REPEAT = 10
@@ -66,6 +76,7 @@ RULES = {
     'R5': 'crash at any step, then re-run converges',
     'R6': 'bad connectors refused before anything is exported',
     'R7': 'a detached host loses access',
+    'R8': 'no second writer after a reset of the state',
 }
 
 # The flow's task that calls each hook (ForceDetachFailed names it).
@@ -98,6 +109,15 @@ HOSTILE = {
         {'ip': '127.0.0.1\n0.0.0.0/0'},
     ),
 }
+
+
+# R8: the servers of the two hosts.  After a status-only reset the first
+# host's attachment stays live: only an attachment of another server is
+# one the reset left behind (see cinder_forcedetach.grant_fence).
+INSTANCE1 = '11111111-1111-4111-8111-111111111111'
+INSTANCE2 = '22222222-2222-4222-8222-222222222222'
+# R8: the bytes each host writes (one block each; block 0 is the probe's).
+CONTROL, LATE, SECOND = 0xa1, 0xa7, 0xb2
 
 
 class InjectedFault(Exception):
@@ -615,6 +635,128 @@ class ConformanceChecks(harness.CinderHarness):
                   self.db_volume(volume_id),
                   attachment_id=atts[HOST1]['id'])
         self.assert_detached(volume_id, (HOST1,))
+
+    # -- R8 -------------------------------------------------------------------
+
+    def block_io(self, method, volume_id, host, block, *pattern):
+        """The probe's ``write_block``/``read_block`` at block *block*.
+
+        Raises NotImplementedError when the probe has no block I/O; a raise
+        of the probe fails the check.
+        """
+        fn = getattr(self.probe, method, None)
+        if not callable(fn):
+            raise NotImplementedError()
+        try:
+            return fn(self.driver, self.db_volume(volume_id),
+                      self.connector(host), block * probe_mod.BLOCK,
+                      *pattern)
+        except NotImplementedError:
+            raise
+        except Exception as err:
+            self.fail_rule('the probe\'s %s(%s, block %d) raised %s' % (
+                method, host, block, _describe(err)))
+
+    def _second_writer(self, reset, instances=(None, None)):
+        """Host 1 attached and live, *reset*, then host 2 attaches."""
+        what = 'os-reset_status {%s}' % ', '.join(
+            '%s: %s' % kv for kv in reset.items())
+        volume_id = self.new_volume()
+        try:
+            att1 = self.attach(volume_id, HOST1, instance=instances[0])
+        except Exception as err:
+            self.fail_rule('precondition: attaching %s through Cinder\'s '
+                           'API failed: %s' % (HOST1, _describe(err)))
+        self.connect_host(volume_id, HOST1, att1)
+        self.expect(self.access(volume_id, HOST1),
+                    'precondition: the probe says %s has no access right '
+                    'after its attachment (probe or initialize_connection '
+                    'wrong)' % HOST1)
+        try:
+            self.reset_status(volume_id, **reset)
+        except Exception as err:
+            self.fail_rule('precondition: %s failed: %s' % (
+                what, _describe(err)))
+        status = self.db_volume(volume_id).status
+        self.expect(status == 'available', 'precondition: after %s Cinder '
+                    'has the volume %s' % (what, status))
+        self.expect(self.access(volume_id, HOST1),
+                    'precondition: the probe says %s lost its access with %s '
+                    'alone (a reset changes only Cinder\'s rows)' % (
+                        HOST1, what))
+        block = bytes([CONTROL]) * probe_mod.BLOCK
+        try:
+            wrote = self.block_io('write_block', volume_id, HOST1, 1,
+                                  CONTROL)
+        except NotImplementedError:
+            io = False          # no live clients: access alone
+        else:
+            io = True
+            read = self.block_io('read_block', volume_id, HOST1, 1)
+            self.expect(wrote is True and read == block,
+                        'precondition: %s\'s live client could not write '
+                        'block 1 after %s (write %r, read back %s)' % (
+                            HOST1, what, wrote, _what_read(read, block)))
+
+        try:
+            att2 = self.attach(volume_id, HOST2, instance=instances[1])
+        except Exception as err:
+            self.fail_rule('after %s the attachment of %s through Cinder\'s '
+                           'API failed: %s (the grant must cut what no live '
+                           'attachment explains, then grant)' % (
+                               what, HOST2, _describe(err)))
+        self.connect_host(volume_id, HOST2, att2)
+
+        problems = []
+        if self.access(volume_id, HOST1):
+            problems.append('the probe says %s still has access (a grant, '
+                            'session or client no live attachment '
+                            'explains)' % HOST1)
+        if io:
+            late = bytes([LATE]) * probe_mod.BLOCK
+            wrote = self.block_io('write_block', volume_id, HOST1, 2, LATE)
+            read = self.block_io('read_block', volume_id, HOST2, 2)
+            if wrote:
+                problems.append('%s\'s live client wrote block 2 after the '
+                                'grant and the backend acknowledged it' %
+                                HOST1)
+            if read == late:
+                problems.append('block 2 on the backend is what %s wrote'
+                                % HOST1)
+            elif read is None:
+                problems.append('the probe could not read block 2 through '
+                                '%s' % HOST2)
+        if problems:
+            self.fail_rule('after %s and the attachment of %s: %s' % (
+                what, HOST2, '; '.join(problems)))
+        self.expect(self.access(volume_id, HOST2), 'after %s the probe says '
+                    '%s has no access right after its attachment' % (
+                        what, HOST2))
+        if io:
+            block = bytes([SECOND]) * probe_mod.BLOCK
+            wrote = self.block_io('write_block', volume_id, HOST2, 3, SECOND)
+            read = self.block_io('read_block', volume_id, HOST2, 3)
+            self.expect(wrote is True and read == block,
+                        '%s\'s live client could not write block 3 after '
+                        'its grant (write %r, read back %s)' % (
+                            HOST2, wrote, _what_read(read, block)))
+
+    def test_R8_reset_state_then_attach_elsewhere(self):
+        self.rule = 'R8 no second writer after a reset of the state'
+        self._second_writer({'status': 'available',
+                             'attach_status': 'detached'})
+
+    def test_R8_status_only_reset_then_attach_elsewhere(self):
+        self.rule = 'R8 no second writer after a status-only reset'
+        self._second_writer({'status': 'available'}, (INSTANCE1, INSTANCE2))
+
+
+def _what_read(read, wanted):
+    if read is None:
+        return 'nothing (the read failed)'
+    if read == wanted:
+        return 'what it wrote'
+    return '%d bytes, not what it wrote (first %r)' % (len(read), read[:8])
 
 
 class _InstancePatch(fixtures.Fixture):

@@ -28,6 +28,11 @@ revoking access already cuts the host off (tgt: ACL entry and sessions
 gone; FC: LUN unmapped and zones removed).  Only RBD has clients to fence:
 :mod:`tests.functional.test_conformance_rbd` runs the kit on our RBD driver,
 where every check applies.
+
+On tgt every host the kit attaches is a live qemu-io/libiscsi session
+(:class:`~cinder_forcedetach.conformance.probe.TgtProbe`), so a driver that
+unbinds the ACL and leaves the session fails the checks that ask whether a
+host was cut off, and R8 sees whether a cut host's write lands.
 """
 
 import os
@@ -45,6 +50,7 @@ from cinder_forcedetach.conformance import probe
 from cinder_forcedetach.conformance import runner
 from cinder_forcedetach.drivers import fc  # noqa: F401
 from cinder_forcedetach.drivers import iscsi
+from cinder_forcedetach.privileged import tgt as privileged_tgt
 from tests import fakes
 from tests.functional import fc_fabric
 from tests.functional import fixtures as fd_fixtures
@@ -56,6 +62,8 @@ FC_DRIVER = 'cinder_forcedetach.drivers.fc.FibreChannelDriver'
 FC_TARGETS = ['5001438012345678', '5001438012345679']
 # Checks whose capability our drivers truly lack (see the docstring).
 NOT_APPLICABLE = {('R1', 'idempotent_fence_clients')}
+# Every check of the kit (R1-R8).
+N_CHECKS = 20
 
 
 class NonIdempotentRevokeDriver(iscsi.TgtISCSIDriver):
@@ -80,6 +88,37 @@ class NoopRemoveExportDriver(iscsi.TgtISCSIDriver):
         pass
 
 
+class SessionLeavingDriver(iscsi.TgtISCSIDriver):
+    """Broken: revoke_host_access unbinds ACL entries, leaves the sessions.
+
+    The host cannot log in again, but its live session still writes.
+    Only a kit whose hosts hold live sessions tells: before the tgt probe
+    logged hosts in, this driver passed every rule.
+    """
+
+    def revoke_host_access(self, volume, connector):
+        state = self.target.find(self.target_name(volume))
+        if state is None:
+            return False
+        gone = (list(state.acls) if connector is None
+                else [connector['initiator']])
+        for initiator in gone:
+            if initiator in state.acls:
+                code, _out, err = privileged_tgt.unbind_initiator(
+                    self.target.control_port, state.tid, initiator)
+                if code:
+                    raise cinder_exception.VolumeBackendAPIException(
+                        data=err)
+        return bool(set(state.acls) - set(gone))
+
+
+class NoGrantFenceDriver(iscsi.TgtISCSIDriver):
+    """Broken: cannot tell who holds a volume, so a grant cuts nobody."""
+
+    def volume_holders(self, volume):
+        return None
+
+
 def _summary(rows):
     return '\n' + runner.table(rows, width=400)
 
@@ -98,7 +137,7 @@ class _KitTestCase(testtools.TestCase):
         return rows
 
     def assert_conformant(self, rows):
-        self.assertEqual(18, len(rows), _summary(rows))
+        self.assertEqual(N_CHECKS, len(rows), _summary(rows))
         for row in rows:
             wanted = (runner.NA if (row.rule, row.check) in NOT_APPLICABLE
                       else runner.PASS)
@@ -109,6 +148,26 @@ class _KitTestCase(testtools.TestCase):
 
     def results(self, rows):
         return {(r.rule, r.check): r for r in rows}
+
+    def assert_second_writer(self, rows):
+        """Both R8 checks failed: host 1 kept its access and wrote."""
+        for check, what in (
+                ('reset_state_then_attach_elsewhere', 'a reset of the state: '
+                 'after os-reset_status {status: available, attach_status: '
+                 'detached}'),
+                ('status_only_reset_then_attach_elsewhere',
+                 'a status-only reset: after os-reset_status {status: '
+                 'available}')):
+            row = rows[('R8', check)]
+            self.assertEqual(runner.FAIL, row.result)
+            self.assertEqual(
+                'R8 no second writer after %s and the attachment of '
+                'conformance-host2: the probe says conformance-host1 still '
+                'has access (a grant, session or client no live attachment '
+                'explains); conformance-host1\'s live client wrote block 2 '
+                'after the grant and the backend acknowledged it; block 2 '
+                'on the backend is what conformance-host1 wrote' % what,
+                row.message)
 
 
 class TgtConformanceTestCase(_KitTestCase):
@@ -182,6 +241,48 @@ class TgtConformanceTestCase(_KitTestCase):
             self.assertTrue(row.message.startswith(
                 'R5 crash after %s, then re-run: ' % hook), row.message)
 
+    def test_driver_that_leaves_sessions_fails(self):
+        """ACL unbound, session left: the live initiator still holds it."""
+        rows = self.results(self.run_kit(
+            self.target(SessionLeavingDriver),
+            rules=['R1', 'R2', 'R3', 'R7', 'R8']))
+        host1 = 'conformance-host1'
+        failed = {
+            ('R1', 'idempotent_revoke_one_host'):
+                'R1 idempotent revoke_host_access(one host): the probe says '
+                '%s kept its access after revoke_host_access(volume, %s)' % (
+                    host1, host1),
+            ('R2', 'revoke_none_tears_down_every_host'):
+                'R2 connector None tears down every host: after '
+                'revoke_host_access(volume, None) the probe says %s still '
+                'has access' % host1,
+            ('R3', 'force_detach_one_host_keeps_the_other'):
+                'R3 a host Cinder keeps keeps its access: the probe says %s '
+                'still has access' % host1,
+            ('R3', 'attachment_delete_keeps_the_other'):
+                'R3 a host Cinder keeps keeps its access: the probe says %s '
+                'still has access' % host1,
+        }
+        for key, message in failed.items():
+            self.assertEqual((runner.FAIL, message),
+                             (rows[key].result, rows[key].message),
+                             '%s %s' % key)
+        self.assert_second_writer(rows)
+        # The flow's remove_export takes the target, sessions and all.
+        for key in (('R1', 'idempotent_revoke_every_host'),
+                    ('R1', 'idempotent_remove_export'),
+                    ('R2', 'force_detach_every_host'),
+                    ('R7', 'force_detach_by_connector'),
+                    ('R7', 'force_detach_by_attachment_id')):
+            self.assertEqual(runner.PASS, rows[key].result,
+                             '%s %s: %s' % (key + (rows[key].message,)))
+
+    def test_driver_without_grant_fence_fails_r8(self):
+        rows = self.results(self.run_kit(self.target(NoGrantFenceDriver),
+                                         rules=['R8']))
+        self.assertEqual(2, len(rows))
+        self.assert_second_writer(rows)
+
     def write_conf(self, driver=TGT_DRIVER):
         path = os.path.join(self.useFixture(fixtures.TempDir()).path,
                             'cinder.conf')
@@ -197,7 +298,7 @@ class TgtConformanceTestCase(_KitTestCase):
             [sys.executable, '-m', 'cinder_forcedetach.conformance',
              '--probe', 'cinder_forcedetach.conformance.probe.TgtProbe',
              '--backend', 'tgt-conformance', '--quiet'] + list(args),
-            capture_output=True, text=True, cwd=REPO_ROOT, timeout=180)
+            capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
 
     def test_tgt_driver_passes_every_rule_through_the_cli(self):
         """The vendor's path: cinder.conf section, CLI, table, exit 0.
@@ -218,7 +319,7 @@ class TgtConformanceTestCase(_KitTestCase):
         self.assertIn('| rule | check | result | message |', out)
         rows = [line.split(' | ') for line in out.splitlines()
                 if line.startswith('| R')]
-        self.assertEqual(18, len(rows), out)
+        self.assertEqual(N_CHECKS, len(rows), out)
         for rule, check, result, _message in rows:
             rule = rule.lstrip('| ')
             wanted = (runner.NA if (rule, check) in NOT_APPLICABLE
@@ -227,7 +328,8 @@ class TgtConformanceTestCase(_KitTestCase):
                              '%s %s\n%s' % (rule, check, out))
         self.assertIn('| R1 | idempotent_fence_clients | n/a | n/a '
                       '(capability', out)
-        self.assertIn('18 checks: 17 pass, 0 FAIL, 1 n/a -> CONFORMANT', out)
+        self.assertIn('%d checks: %d pass, 0 FAIL, 1 n/a -> CONFORMANT' % (
+            N_CHECKS, N_CHECKS - 1), out)
         self.assertEqual(set(), self.targets() - before,
                          'the kit left targets behind')
 

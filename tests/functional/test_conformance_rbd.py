@@ -21,7 +21,9 @@ the host's own loopback address; access is a watcher of the image header
 that the OSD blocklist does not name.  Every check must pass, the fencing
 one included (R1 ``idempotent_fence_clients`` is not n/a here: RBD clients
 survive the revoke, which is a no-op, and only the fence cuts them off).
-A driver that says it fences and does not fails the kit.
+A driver that says it fences and does not fails the kit, and one that
+cannot list a volume's holders (so its grant cuts nobody) fails R8: the
+first host's client still writes after the second host's grant.
 """
 
 from cinder_forcedetach.conformance import harness
@@ -44,6 +46,13 @@ class NonFencingRBDDriver(rbd_driver.RBDDriver):
 
     def fence_clients(self, volume, connectors, keep_attachments):
         return []
+
+
+class NoGrantFenceRBDDriver(rbd_driver.RBDDriver):
+    """Broken: cannot tell who holds a volume, so a grant cuts nobody."""
+
+    def volume_holders(self, volume):
+        return None
 
 
 class RBDConformanceTestCase(test_conformance._KitTestCase):
@@ -90,7 +99,8 @@ class RBDConformanceTestCase(test_conformance._KitTestCase):
                           'multiattach': True},
                          {k: target.resolved.get(k) for k in
                           ('protocol', 'fencing', 'multiattach')})
-        self.assertEqual(18, len(rows), test_conformance._summary(rows))
+        self.assertEqual(test_conformance.N_CHECKS, len(rows),
+                         test_conformance._summary(rows))
         for row in rows:
             self.assertEqual(runner.PASS, row.result, '%s %s: %s%s' % (
                 row.rule, row.check, row.message,
@@ -112,3 +122,9 @@ class RBDConformanceTestCase(test_conformance._KitTestCase):
             self.assertEqual('R7 detached host loses access (%s): the probe '
                              'says conformance-host1 still has access' % how,
                              row.message)
+
+    def test_driver_without_grant_fence_fails_r8(self):
+        rows = self.results(self.run_kit(self.target(NoGrantFenceRBDDriver),
+                                         rules=['R8']))
+        self.assertEqual(2, len(rows))
+        self.assert_second_writer(rows)

@@ -17,9 +17,12 @@ import signal
 import tempfile
 import time
 
+import fixtures
 import testtools
 
+from cinder_forcedetach.conformance import __main__ as kit_main
 from cinder_forcedetach.conformance import harness
+from cinder_forcedetach.conformance import initiator
 from cinder_forcedetach.conformance import probe
 from cinder_forcedetach.conformance import runner
 from cinder_forcedetach.conformance import suite
@@ -204,6 +207,136 @@ class ProbeTestCase(testtools.TestCase):
         self.assertRaises(ValueError, probe.load_class, 'NoModule')
 
 
+class FakeInitiator(object):
+    """QemuIoInitiator's interface; *answers*: what each write returns."""
+
+    made = []
+
+    def __init__(self, portal, iqn, initiator, username=None, password=None,
+                 lun=1):
+        self.args = (portal, iqn, initiator, username, password, lun)
+        self.opened = None if initiator == 'iqn.refused' else 'qemu-io> '
+        self.output = b'Failed to log in to target'
+        self.answers = [True]
+        self.writes, self.closed = [], False
+        FakeInitiator.made.append(self)
+
+    def write(self, pattern, offset=0, length=4096, timeout=5):
+        self.writes.append((pattern, offset, length, timeout))
+        return self.answers.pop(0) if self.answers else True
+
+    def read_bytes(self, offset=0, length=4096, timeout=5):
+        return bytes([offset // length]) * length
+
+    def close(self):
+        self.closed = True
+
+
+class Vol1(object):
+    name = 'volume-1'
+
+
+TGT_INFO = {'driver_volume_type': 'iscsi', 'data': {
+    'target_portal': '127.0.0.1:3260', 'target_iqn': 'iqn.x:volume-1',
+    'target_lun': 1, 'auth_username': 'u', 'auth_password': 'p'}}
+
+
+class TgtLiveInitiatorTestCase(testtools.TestCase):
+    """TgtProbe's live sessions, on a stand-in initiator."""
+
+    def setUp(self):
+        super(TgtLiveInitiatorTestCase, self).setUp()
+        FakeInitiator.made = []
+        self.useFixture(fixtures.MockPatchObject(
+            initiator, 'QemuIoInitiator', FakeInitiator))
+        self.probe = probe.TgtProbe()
+
+    def connector(self, host, iqn=None):
+        return {'host': host, 'initiator': iqn or 'iqn.x:' + host}
+
+    def test_connect_logs_in_and_writes(self):
+        self.assertEqual('iqn.x:volume-1', self.probe.connect(
+            None, Vol1(), self.connector('h1'), TGT_INFO))
+        client, = FakeInitiator.made
+        self.assertEqual(('127.0.0.1:3260', 'iqn.x:volume-1', 'iqn.x:h1',
+                          'u', 'p', 1), client.args)
+        self.assertEqual([(0x5a, 0, probe.BLOCK, 6)], client.writes)
+        # Cinder's stored form: the data keys flattened.
+        self.probe.connect(None, Vol1(), self.connector('h2'),
+                           TGT_INFO['data'])
+        self.assertEqual(2, len(self.probe.clients))
+
+    def test_refused_login_or_missing_fields(self):
+        err = self.assertRaises(probe.ProbeError, self.probe.connect, None,
+                                Vol1(), self.connector('h1', 'iqn.refused'),
+                                TGT_INFO)
+        self.assertIn('could not log in to iqn.x:volume-1 at '
+                      '127.0.0.1:3260: Failed to log in', str(err))
+        # Kept, so that disconnect_all stops it.
+        self.assertEqual(1, len(self.probe.clients))
+        err = self.assertRaises(probe.ProbeError, self.probe.connect, None,
+                                Vol1(), self.connector('h1'),
+                                {'target_portal': 'p'})
+        self.assertIn('has no target_iqn, target_lun', str(err))
+
+    def test_write_and_read_through_the_host_s_session(self):
+        self.probe.connect(None, Vol1(), self.connector('h1'), TGT_INFO)
+        self.probe.connect(None, Vol1(), self.connector('h2'), TGT_INFO)
+        h1, h2 = FakeInitiator.made
+        self.assertTrue(self.probe.write_block(None, Vol1(),
+                                               self.connector('h2'),
+                                               3 * probe.BLOCK, 0xb2))
+        self.assertEqual((0xb2, 3 * probe.BLOCK, probe.BLOCK, 3),
+                         h2.writes[-1])
+        self.assertEqual(b'' * probe.BLOCK, self.probe.read_block(
+            None, Vol1(), self.connector('h1'), 2 * probe.BLOCK))
+        self.assertIsNone(self.probe.write_block(
+            None, Vol1(), self.connector('h3'), 0, 1))
+
+    def test_unanswered_write_stops_the_initiator(self):
+        self.probe.connect(None, Vol1(), self.connector('h1'), TGT_INFO)
+        client, = FakeInitiator.made
+        client.answers = [None]
+        self.assertIsNone(self.probe.write_block(
+            None, Vol1(), self.connector('h1'), probe.BLOCK, 0xa7))
+        self.assertTrue(client.closed)
+        self.assertEqual([], self.probe.clients)
+
+    def test_disconnect_all_is_idempotent(self):
+        self.probe.connect(None, Vol1(), self.connector('h1'), TGT_INFO)
+        self.probe.disconnect_all()
+        self.probe.disconnect_all()
+        self.assertTrue(FakeInitiator.made[0].closed)
+        self.assertEqual([], self.probe.clients)
+
+
+class ParseDumpTestCase(testtools.TestCase):
+    """qemu-io's ``read -v``: the bytes, or None when incomplete."""
+
+    def dump(self, offset, data):
+        lines = []
+        for i in range(0, len(data), 16):
+            chunk = data[i:i + 16]
+            lines.append('%08x:  %s  %s' % (
+                offset + i, ''.join('%02x ' % b for b in chunk),
+                ''.join(chr(b) if 32 <= b < 127 else '.' for b in chunk)))
+        return '\n'.join(lines + ['read %d/%d bytes at offset %d' % (
+            len(data), len(data), offset), 'qemu-io> '])
+
+    def test_parse(self):
+        data = bytes(range(256)) * 2
+        self.assertEqual(data, initiator.parse_dump(self.dump(4096, data),
+                                                    4096, 512))
+
+    def test_incomplete_or_out_of_place(self):
+        data = b'\xa7' * 64
+        self.assertIsNone(initiator.parse_dump(self.dump(4096, data), 4096,
+                                               128))
+        self.assertIsNone(initiator.parse_dump(self.dump(0, data), 4096,
+                                               64))
+        self.assertIsNone(initiator.parse_dump(None, 0, 64))
+
+
 class RunInChildTestCase(testtools.TestCase):
     """R5's child: how it ended, never a hang."""
 
@@ -240,9 +373,22 @@ class RunnerTestCase(testtools.TestCase):
     def test_every_check_is_named_after_a_rule(self):
         names = [n for n in dir(suite.ConformanceChecks)
                  if n.startswith('test_')]
-        self.assertEqual(18, len(names))
+        self.assertEqual(20, len(names))
         self.assertEqual(set(suite.RULES), {suite.rule_of(n)[0]
                                             for n in names})
+        self.assertEqual(['reset_state_then_attach_elsewhere',
+                          'status_only_reset_then_attach_elsewhere'],
+                         sorted(suite.rule_of(n)[1] for n in names
+                                if suite.rule_of(n)[0] == 'R8'))
+
+    def test_help_lists_every_rule(self):
+        text = kit_main.rule_list()
+        self.assertIn('  R8   no second writer after a reset of the state',
+                      text)
+        self.assertEqual(len(suite.RULES), len(text.splitlines()) - 1)
+        self.assertEqual(['R%d' % n for n in range(1, 9)],
+                         [line.split()[0] for line in
+                          text.splitlines()[1:]])
 
     def test_table_and_verdict(self):
         rows = [runner.Row('R1', 'a', runner.PASS),

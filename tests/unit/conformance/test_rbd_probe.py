@@ -26,8 +26,14 @@ import json, sys
 p = json.loads(sys.argv[1])
 print('READY', p['ready'], flush=True)
 for line in sys.stdin:
-    if line.strip() == 'close':
+    words = line.split()
+    if words == ['close']:
         break
+    if words[0] == 'write':
+        if words[2] == '167':
+            print('FAILED', words[1], 108, 'ConnectionShutdown', flush=True)
+        elif words[2] != '0':
+            print('WROTE', words[1], flush=True)
 print('CLOSED', flush=True)
 '''
 
@@ -61,6 +67,13 @@ class FakeLiveClient(object):
     def ask_close(self):
         self.asked = True
 
+    def write(self, offset, byte, timeout):
+        self.wrote = (offset, byte, timeout)
+        return {0xa7: False, 0: None}.get(byte, True)
+
+    def kill(self):
+        self.killed = True
+
     def wait_closed(self, timeout=10):
         self.waited = True
 
@@ -86,9 +99,32 @@ class RBDProbeTestCase(testtools.TestCase):
             probe.AccessProbe)
 
     def test_base_hooks_are_no_ops(self):
-        base = probe.TgtProbe()
+        base = probe.FCArrayProbe()
         self.assertIsNone(base.connect(None, Vol(), {}, {}))
         self.assertIsNone(base.disconnect_all())
+        # R8's block I/O: a probe without clients has none.
+        self.assertRaises(NotImplementedError, base.write_block, None,
+                          Vol(), {}, 0, 1)
+        self.assertRaises(NotImplementedError, base.read_block, None,
+                          Vol(), {}, 0)
+
+    def test_write_block_through_the_host_s_client(self):
+        p = rbd_probe.RBDProbe()
+        p.connect(Driver(), Vol(), {'host': 'h1', 'ip': '127.0.0.11'}, INFO)
+        p.connect(Driver(), Vol(), {'host': 'h2', 'ip': '127.0.0.12'}, INFO)
+        h1, h2 = FakeLiveClient.made
+        self.assertTrue(p.write_block(Driver(), Vol(), {'host': 'h2'},
+                                      4096, 0xb2))
+        self.assertEqual((4096, 0xb2, 20), h2.wrote)
+        self.assertFalse(p.write_block(Driver(), Vol(), {'host': 'h1'},
+                                       8192, 0xa7))
+        self.assertIsNone(p.write_block(Driver(), Vol(), {'host': 'h3'},
+                                        0, 1))
+        # No answer: stopped at once, and no longer the probe's.
+        self.assertIsNone(p.write_block(Driver(), Vol(), {'host': 'h1'},
+                                        0, 0))
+        self.assertTrue(h1.killed)
+        self.assertEqual([h2], p.clients)
 
     def test_connect_from_connection_info(self):
         p = rbd_probe.RBDProbe()
@@ -206,6 +242,23 @@ class LiveClientTestCase(testtools.TestCase):
         client.wait_closed(10)
         self.assertEqual(0, client.proc.returncode)
         self.assertEqual(['CLOSED'], client.lines[-1])
+
+    def test_write_protocol(self):
+        self.useFixture(fixtures.MockPatchObject(rbd_probe, 'CLIENT',
+                                                 FAKE_CLIENT))
+        client = rbd_probe.LiveClient({'ready': 'v1:127.0.0.11:0/5',
+                                       'image': 'volume-1'}, timeout=20)
+        self.addCleanup(client.kill)
+        self.assertTrue(client.write(4096, 0xb2, 10))
+        self.assertFalse(client.write(8192, 0xa7, 10))
+        self.assertEqual(['FAILED', '8192', '108', 'ConnectionShutdown'],
+                         client.lines[-1])
+        # An answer is the one after the request, never an older line.
+        self.assertIsNone(client.write(0, 0, 0.5))
+        self.assertTrue(client.write(4096, 0xb2, 10))
+        client.ask_close()
+        client.wait_closed(10)
+        self.assertIsNone(client.write(4096, 0xb2, 10))
 
     def test_no_ready_line(self):
         self.useFixture(fixtures.MockPatchObject(
