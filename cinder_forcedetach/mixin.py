@@ -67,12 +67,13 @@ force_detach_opts = [
                      'migration), disconnect it with os-brick (force, '
                      'ignore errors) before the backend revokes access.'),
     cfg.IntOpt('forcedetach_detach_wait_seconds',
-               default=30, min=1,
+               default=10, min=1,
                help='After terminate_connection without a connector on a '
                     'volume with several live attachments (os-force_detach '
                     'naming only an attachment), how long to wait for '
-                    'Cinder\'s detach to end one of them, whose host is '
-                    'then revoked.'),
+                    'Cinder\'s detach, which follows at once in the same '
+                    'request, to end one of them; its host is then '
+                    'revoked.'),
     cfg.IntOpt('forcedetach_device_scan_attempts',
                default=3, min=1,
                help='device_scan_attempts handed to the os-brick connector '

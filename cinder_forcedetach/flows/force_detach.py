@@ -35,6 +35,12 @@ update, legacy attach)    (:mod:`cinder_forcedetach.grant_fence`), grant,
 ``ensure_export``         lock, read the volume again, re-export if still
 (Cinder: start-up)        in-use to the hosts still attached (not those an
                           interrupted force-detach recorded), unlock
+``run_host`` (a host      ``force_detach``'s flow per volume, each paused
+fence: one host leaves    before its fence (its lock held) by one more step,
+many volumes)             *join the batch*; one fence of them all (the
+                          driver's batch); then each flow resumes: fence
+                          (its share of the batch's result), remove export,
+                          reset the DB, notify, unlock
 ========================  ===================================================
 
 Which attachments leave is read from what Cinder gives: the connector of
@@ -57,6 +63,7 @@ Cinder's database untouched because the database task is the last one.
 
 
 import base64
+import collections
 import threading
 import time
 
@@ -75,6 +82,7 @@ import taskflow.engines
 from taskflow import formatters
 from taskflow.listeners import logging as logging_listener
 from taskflow.patterns import linear_flow
+from taskflow import states
 import tooz
 from tooz.drivers import etcd3gw as tooz_etcd3gw
 
@@ -354,13 +362,43 @@ class RevokeHostAccessTask(_DriverTask):
             self.driver.revoke_host_access(volume, host_connector)
 
 
+class JoinBatchFenceTask(flow_utils.CinderTask):
+    """Join the fence of many volumes at once, and pause until it is done.
+
+    Only in :func:`run_host`'s flows: the volume's request goes into the
+    :class:`FenceBatch`, whose ``join`` suspends this flow's engine once
+    this step is done; the lock stays held.
+    """
+
+    def __init__(self, batch, **kwargs):
+        super(JoinBatchFenceTask, self).__init__(**kwargs)
+        self.batch = batch
+
+    def execute(self, volume, revoke, remaining):
+        if revoke:
+            self.batch.join(volume, revoke, remaining)
+
+
 class FenceClientsTask(_DriverTask):
-    """Cut off clients that still hold the volume (driver hook)."""
+    """Cut off clients that still hold the volume (driver hook).
+
+    :param batch: a :class:`FenceBatch` that fenced this volume already
+        (it has its result): that result is this step's, a failure
+        included; otherwise the driver's ``fence_clients``.
+    """
+
+    def __init__(self, driver, batch=None, **kwargs):
+        super(FenceClientsTask, self).__init__(driver, **kwargs)
+        self.batch = batch
 
     def execute(self, volume, revoke, remaining, lock):
         check_lock(lock, volume, type(self).__name__)
-        if revoke:
-            self.driver.fence_clients(volume, revoke, remaining)
+        if not revoke:
+            return
+        if self.batch is not None and self.batch.has_result(volume.id):
+            self.batch.result(volume.id)
+            return
+        self.driver.fence_clients(volume, revoke, remaining)
 
 
 class RemoveExportTask(_DriverTask):
@@ -413,8 +451,12 @@ class ReleaseLockTask(flow_utils.CinderTask):
         _release(lock)
 
 
-def get_flow(driver, reset_database=True):
-    """Our force-detach (reset_database) or Cinder's terminate_connection."""
+def get_flow(driver, reset_database=True, batch=None):
+    """Our force-detach (reset_database) or Cinder's terminate_connection.
+
+    *batch*: a :class:`FenceBatch` the flow joins, and waits for, before
+    its fence step (:func:`run_host`).
+    """
     flow = linear_flow.Flow(ACTION.replace(':', '_'))
     flow.add(LockVolumeTask(),
              ResolveAttachmentsTask(driver, reset_database))
@@ -422,8 +464,10 @@ def get_flow(driver, reset_database=True):
     if reset_database:
         flow.add(NotifyTask(driver, 'detach.start'))
     flow.add(DisconnectLocalHostTask(driver),
-             RevokeHostAccessTask(driver),
-             FenceClientsTask(driver),
+             RevokeHostAccessTask(driver))
+    if batch is not None:
+        flow.add(JoinBatchFenceTask(batch))
+    flow.add(FenceClientsTask(driver, batch),
              RemoveExportTask(driver))
     if reset_database:
         flow.add(ResetDatabaseTask(), NotifyTask(driver, 'detach.end'))
@@ -437,13 +481,23 @@ def get_flow(driver, reset_database=True):
 SECRET_INPUTS = ('volume', 'context', 'detaching', 'remaining')
 
 
-def _run(flow, volume, store):
+def _load(flow, store):
+    """``(engine, listener)`` of *flow* with *store*."""
     engine = taskflow.engines.load(flow, engine='serial', store=store)
     # Cinder's DynamicLogListener, but a failure's report of the earlier
     # steps (their inputs) masks the SECRET_INPUTS.
     listener = logging_listener.DynamicLoggingListener(
         engine, log=LOG, fail_formatter=formatters.FailureFormatter(
             engine, mask_inputs_keys=SECRET_INPUTS))
+    return engine, listener
+
+
+def _run(flow, volume, store):
+    return _run_engine(*_load(flow, store), volume)
+
+
+def _run_engine(engine, listener, volume):
+    """Run (or resume) *engine*; a failure is raised naming its step."""
     try:
         with listener:
             engine.run()
@@ -472,6 +526,136 @@ def run(context, driver, volume, connector=None, attachment_id=None,
         'context': context, 'volume': volume, 'connector': connector,
         'attachment_id': attachment_id})
     return bool(fd_attachments.export_users(storage.fetch('remaining')))
+
+
+class FenceBatch(object):
+    """The fence the flows of :func:`run_host` share.
+
+    ``engines`` maps each volume id to its flow's engine; a flow joining
+    (:class:`JoinBatchFenceTask`) suspends its engine.  :meth:`fence` then
+    fences every joined volume at once; each resumed flow's fence step
+    takes its volume's result (:meth:`result`).
+    """
+
+    def __init__(self):
+        self.engines = {}
+        self.requests = {}
+        self.results = {}
+        self.fenced = False
+
+    def join(self, volume, revoke, remaining):
+        self.requests[volume.id] = (volume, revoke, remaining)
+        self.engines[volume.id].suspend()
+
+    def fence(self, fence_many):
+        """``fence_many([(volume, revoke, remaining)])`` once, for all.
+
+        It returns ``{volume_id: [addresses fenced] or an exception}``;
+        a volume it leaves out is fenced alone by the driver's
+        ``fence_clients`` when its flow resumes.  If it raises, every
+        joined volume fails with that error.
+        """
+        pending = [self.requests[vid] for vid in sorted(self.requests)
+                   if vid not in self.results]
+        if pending:
+            try:
+                results = fence_many(pending)
+            except Exception as err:
+                LOG.error('The fence of %(n)d volume(s) failed: %(err)s',
+                          {'n': len(pending), 'err': err})
+                results = {volume.id: err for volume, _r, _k in pending}
+            self.results.update(results)
+        self.fenced = True
+
+    def abort(self, reason):
+        """Fail every joined volume, unless :meth:`fence` ran."""
+        if self.fenced:
+            return
+        for vid in self.requests:
+            self.results.setdefault(vid, exception.VolumeBackendAPIException(
+                data=reason))
+
+    def has_result(self, volume_id):
+        return volume_id in self.results
+
+    def result(self, volume_id):
+        """The addresses fenced for *volume_id*; raise its failure."""
+        result = self.results[volume_id]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
+#: What :func:`run_host` returns: ``done`` is ``{volume_id: [client
+#: addresses fenced]}`` of the volumes torn down (their database reset),
+#: ``failed`` is ``{volume_id: exception}`` of those left as they were in
+#: Cinder's database.
+HostTeardown = collections.namedtuple('HostTeardown', 'done failed')
+
+
+def run_host(context, driver, volumes, connector, fence_many):
+    """Our force-detach of one host from many volumes, the fence batched.
+
+    Each volume runs this module's flow (:func:`get_flow`, as
+    :func:`run` does with *connector*) with one more step before its
+    fence, :class:`JoinBatchFenceTask`: the flow pauses there, its lock
+    held, its host recorded, revoked and the local connection gone.  When
+    every volume has paused (or failed), *fence_many* fences them all at
+    once (:meth:`FenceBatch.fence`); then each flow resumes: its fence step
+    takes its volume's share of the result (a failure fails that flow
+    there: database untouched, lock released by the revert), then remove
+    export, database reset, notification, unlock, in the flow's own order.
+
+    Locks are taken in volume id order: two host fences over shared
+    (multiattach) volumes cannot wait for each other's.  A volume listed
+    twice runs once.
+
+    :returns: :data:`HostTeardown`.
+    """
+    batch = FenceBatch()
+    done, failed, paused = {}, {}, []
+    ordered = sorted({v.id: v for v in volumes}.values(),
+                     key=lambda v: v.id)
+    times = [time.monotonic()]
+    try:
+        for volume in ordered:
+            engine, listener = _load(get_flow(driver, True, batch), {
+                'context': context, 'volume': volume,
+                'connector': connector, 'attachment_id': None})
+            batch.engines[volume.id] = engine
+            try:
+                _run_engine(engine, listener, volume)
+            except Exception as err:
+                failed[volume.id] = err
+                continue
+            if engine.storage.get_flow_state() == states.SUSPENDED:
+                paused.append((volume, engine, listener))
+            else:
+                done[volume.id] = []
+        times.append(time.monotonic())
+        batch.fence(fence_many)
+        times.append(time.monotonic())
+    finally:
+        batch.abort(_('the host fence was interrupted before it fenced '
+                      'this volume'))
+        for volume, engine, listener in paused:
+            try:
+                _run_engine(engine, listener, volume)
+            except Exception as err:
+                failed[volume.id] = err
+            else:
+                done[volume.id] = list(batch.results.get(volume.id) or [])
+    times.append(time.monotonic())
+    LOG.info('Force-detach of host %(host)s from %(n)d volume(s): %(ok)d '
+             'done, %(bad)d failed (database unchanged)%(ids)s; %(steps)s.',
+             {'host': (connector or {}).get('host'), 'n': len(ordered),
+              'ok': len(done), 'bad': len(failed),
+              'ids': (': ' + ', '.join(sorted(failed))) if failed else '',
+              'steps': ', '.join('%s %.2f s' % (what, b - a) for what, a, b
+                                 in zip(('flows to the fence', 'fence',
+                                         'flows after it'),
+                                        times, times[1:]))})
+    return HostTeardown(done, failed)
 
 
 def run_remove_export(context, driver, volume):
@@ -512,7 +696,7 @@ def _ended_attachments(context, volume_id, live_ids, wait_seconds):
     """Ids of *live_ids* that ended within *wait_seconds* (polled)."""
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.1)
         still = {a.id for a in objects.VolumeAttachmentList.
                  get_all_by_volume_id(context, volume_id)
                  if fd_attachments.is_live(a)}
