@@ -20,8 +20,9 @@ runs, every ``forcedetach_reconcile_interval`` seconds, the audit
 acts on one case only:
 
 * a ``leaked_export`` of a volume Cinder says is ``available`` with no live
-  attachment is cut at once (our force-detach flow, under the volume's
-  lock) when Cinder's rows show the reset: an attachment of that host
+  attachment is cut at once (our force-detach flow without the database,
+  which checks again under the volume's lock that the volume is still
+  available with no live attachment) when Cinder's rows show the reset: an attachment of that host
   ended while its access did not (every detach path of ours revokes a
   host before Cinder ends its attachment; ``os-reset_status`` ends the
   rows and nothing else);
@@ -42,6 +43,7 @@ import datetime
 
 from cinder import context as cinder_context
 from cinder.db import api as db_api
+from cinder import exception
 from cinder import objects
 from cinder.volume import configuration
 from oslo_config import cfg
@@ -56,6 +58,7 @@ from cinder_forcedetach.audit import evidence
 from cinder_forcedetach.audit import repair
 from cinder_forcedetach.audit import runner
 from cinder_forcedetach.audit import sources
+from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import notifications
 
 LOG = logging.getLogger(__name__)
@@ -155,8 +158,8 @@ class Reconciler(object):
                         '%(holders)s reach it (%(why)s): cutting it off.',
                         {'vol': finding.volume_id,
                          'holders': finding.evidence, 'why': why})
-        repair.fix(ctxt, [f for f, _why in cut], {self.backend: self.driver},
-                   limit=self.limit)
+        for finding, _why in cut[:self.limit]:
+            finding.result = self.cut(ctxt, finding)
         done = [(f, why) for f, why in cut if f.result == repair.REPAIRED]
         for finding, why in done:
             notifications.notify(
@@ -166,14 +169,16 @@ class Reconciler(object):
                 priority='warn')
         self.passes += 1
         self.cut_total += len(done)
-        self.failed_total += len(cut) - len(done)
+        failed = [f for f, _why in cut
+                  if (f.result or '').startswith('failed')]
+        self.failed_total += len(failed)
         self.last = {
             'at': started.isoformat(),
             'seconds': round((timeutils.utcnow() - started).total_seconds(),
                              3),
             'findings': dict(collections.Counter(
                 f.case for f in report.findings)),
-            'cut': len(done), 'failed': len(cut) - len(done),
+            'cut': len(done), 'failed': len(failed),
             'waiting': len(waiting),
             'unreachable': list(report.unreachable)}
         if report.findings or report.unreachable:
@@ -183,6 +188,28 @@ class Reconciler(object):
                              notifications.RECONCILE_PASS,
                              dict(self.last, backend=self.backend))
         return self.last
+
+    def cut(self, ctxt, finding):
+        """Tear down what reaches a volume found available and detached.
+
+        The flow checks again, under the volume's lock, that the volume is
+        still available with no live attachment (an attach may have begun
+        since the read), and leaves Cinder's rows alone: they are right.
+        """
+        try:
+            volume = objects.Volume.get_by_id(ctxt, finding.volume_id)
+            force_detach_flow.run(ctxt, self.driver, volume,
+                                  reset_database=False,
+                                  require_detached=True)
+        except exception.Invalid as err:
+            LOG.info('Reconciler: %s', err)
+            return 'changed: %s' % err
+        except Exception as err:
+            LOG.error('Reconciler: cutting what reaches volume %(vol)s '
+                      'failed: %(err)s', {'vol': finding.volume_id,
+                                          'err': err})
+            return 'failed: %s' % err
+        return repair.REPAIRED
 
     def select(self, ctxt, findings, now):
         """``([(finding, why)] to cut now, [waiting for the grace])``."""

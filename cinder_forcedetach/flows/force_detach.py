@@ -83,6 +83,7 @@ from taskflow import formatters
 from taskflow.listeners import logging as logging_listener
 from taskflow.patterns import linear_flow
 from taskflow import states
+from taskflow.types import failure as taskflow_failure
 import tooz
 from tooz.drivers import etcd3gw as tooz_etcd3gw
 
@@ -182,8 +183,29 @@ class LockVolumeTask(flow_utils.CinderTask):
         return lock
 
     def revert(self, volume, result, **kwargs):
-        if result is not None and not isinstance(result, Exception):
+        # A failed acquire reverts with taskflow's Failure, not the lock.
+        if result is not None and not isinstance(
+                result, (Exception, taskflow_failure.Failure)):
             _release(result)
+
+
+class RequireDetachedTask(flow_utils.CinderTask):
+    """The reconciler's finding, checked again under the volume's lock.
+
+    It found the volume ``available`` with no live attachment, without
+    the lock: an attach may have begun since.  Then nothing is torn down.
+    """
+
+    def execute(self, context, volume):
+        volume.refresh()
+        live = [a for a in objects.VolumeAttachmentList.get_all_by_volume_id(
+            context, volume.id) if fd_attachments.is_live(a)]
+        if volume.status != 'available' or live:
+            raise exception.InvalidVolume(reason=_(
+                'volume %(vol)s changed since it was found detached: status '
+                '%(status)s, %(n)d live attachment(s); nothing torn down') % {
+                    'vol': volume.id, 'status': volume.status,
+                    'n': len(live)})
 
 
 class ResolveAttachmentsTask(_DriverTask):
@@ -451,15 +473,20 @@ class ReleaseLockTask(flow_utils.CinderTask):
         _release(lock)
 
 
-def get_flow(driver, reset_database=True, batch=None):
+def get_flow(driver, reset_database=True, batch=None,
+             require_detached=False):
     """Our force-detach (reset_database) or Cinder's terminate_connection.
 
     *batch*: a :class:`FenceBatch` the flow joins, and waits for, before
-    its fence step (:func:`run_host`).
+    its fence step (:func:`run_host`).  *require_detached*: the
+    reconciler's teardown of a volume found available with no attachment
+    (:class:`RequireDetachedTask`).
     """
     flow = linear_flow.Flow(ACTION.replace(':', '_'))
-    flow.add(LockVolumeTask(),
-             ResolveAttachmentsTask(driver, reset_database))
+    flow.add(LockVolumeTask())
+    if require_detached:
+        flow.add(RequireDetachedTask())
+    flow.add(ResolveAttachmentsTask(driver, reset_database))
     flow.add(RecordTeardownTask(reset_database))
     if reset_database:
         flow.add(NotifyTask(driver, 'detach.start'))
@@ -515,14 +542,15 @@ def _run_engine(engine, listener, volume):
 
 
 def run(context, driver, volume, connector=None, attachment_id=None,
-        reset_database=True):
+        reset_database=True, require_detached=False):
     """Run the flow; returns whether another host may use the export.
 
     Cinder then keeps the export: attachments remain that have a connector.
 
     A backend failure is raised as ``ForceDetachFailed`` naming its step.
     """
-    storage = _run(get_flow(driver, reset_database), volume, {
+    storage = _run(get_flow(driver, reset_database,
+                            require_detached=require_detached), volume, {
         'context': context, 'volume': volume, 'connector': connector,
         'attachment_id': attachment_id})
     return bool(fd_attachments.export_users(storage.fetch('remaining')))
@@ -589,8 +617,9 @@ class FenceBatch(object):
 #: What :func:`run_host` returns: ``done`` is ``{volume_id: [client
 #: addresses fenced]}`` of the volumes torn down (their database reset),
 #: ``failed`` is ``{volume_id: exception}`` of those left as they were in
-#: Cinder's database.
-HostTeardown = collections.namedtuple('HostTeardown', 'done failed')
+#: Cinder's database; ``seconds`` is ``(flows up to the fence, the fence,
+#: flows after it)``.
+HostTeardown = collections.namedtuple('HostTeardown', 'done failed seconds')
 
 
 def run_host(context, driver, volumes, connector, fence_many):
@@ -617,9 +646,10 @@ def run_host(context, driver, volumes, connector, fence_many):
     ordered = sorted({v.id: v for v in volumes}.values(),
                      key=lambda v: v.id)
     times = [time.monotonic()]
+    flow = get_flow(driver, True, batch)   # one flow, an engine per volume
     try:
         for volume in ordered:
-            engine, listener = _load(get_flow(driver, True, batch), {
+            engine, listener = _load(flow, {
                 'context': context, 'volume': volume,
                 'connector': connector, 'attachment_id': None})
             batch.engines[volume.id] = engine
@@ -646,16 +676,16 @@ def run_host(context, driver, volumes, connector, fence_many):
             else:
                 done[volume.id] = list(batch.results.get(volume.id) or [])
     times.append(time.monotonic())
+    seconds = tuple(b - a for a, b in zip(times, times[1:]))
     LOG.info('Force-detach of host %(host)s from %(n)d volume(s): %(ok)d '
              'done, %(bad)d failed (database unchanged)%(ids)s; %(steps)s.',
              {'host': (connector or {}).get('host'), 'n': len(ordered),
               'ok': len(done), 'bad': len(failed),
               'ids': (': ' + ', '.join(sorted(failed))) if failed else '',
-              'steps': ', '.join('%s %.2f s' % (what, b - a) for what, a, b
-                                 in zip(('flows to the fence', 'fence',
-                                         'flows after it'),
-                                        times, times[1:]))})
-    return HostTeardown(done, failed)
+              'steps': ', '.join('%s %.2f s' % step for step in zip(
+                  ('flows to the fence', 'fence', 'flows after it'),
+                  seconds))})
+    return HostTeardown(done, failed, seconds)
 
 
 def run_remove_export(context, driver, volume):

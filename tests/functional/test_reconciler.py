@@ -135,6 +135,38 @@ class ReconcilerTestCase(base.CinderTgtTestCase):
         self.assertEqual((0, 1), (last['waiting'], last['cut']), last)
         self.assertIsNone(self.target_state(vol))
 
+    def test_attach_after_the_read_is_not_cut(self):
+        """The finding is checked again under the volume's lock.
+
+        The reconciler read the volume available and detached; an attach
+        begins before it cuts: the cut changes nothing, the new host keeps
+        its access, Cinder's rows stay.
+        """
+        rec = self.driver.reconciler
+        rec.stop()
+        vol = self.create_volume()['id']
+        _att, info = self.attach(vol, 'compute1')
+        self.login(info, 'compute1')
+        self.reset_status(vol, status='available', attach_status='detached')
+        report = reconciler.runner.run(
+            self.ctxt, {rec.backend: self.driver},
+            base.CONF.volume_name_template,
+            reconciler.sources.backend_resolver(None, [rec.backend]))
+        cut, _waiting = rec.select(self.ctxt, report.findings,
+                                   reconciler.timeutils.utcnow())
+        self.assertEqual([vol], [f.volume_id for f, _why in cut])
+
+        att2, info2 = self.attach(vol, 'compute2')
+        second = self.login(info2, 'compute2')
+        result = rec.cut(self.ctxt, cut[0][0])
+
+        self.assertTrue(result.startswith('changed: '), result)
+        self.assertTrue(second.write(0x44, offset=BLOCK))
+        self.assertEqual([base.initiator_name('compute2')],
+                         self.target_state(vol).acls)
+        self.assertEqual([att2['id']], [
+            a.id for a in self.db_volume(vol).volume_attachment])
+
     def test_live_attachment_is_never_touched(self):
         vol = self.create_volume()['id']
         _att, info = self.attach(vol, 'compute1')
