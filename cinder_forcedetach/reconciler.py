@@ -22,10 +22,10 @@ acts on one case only:
 * a ``leaked_export`` of a volume Cinder says is ``available`` with no live
   attachment is cut at once (our force-detach flow without the database,
   which checks again under the volume's lock that the volume is still
-  available with no live attachment) when Cinder's rows show the reset: an attachment of that host
-  ended while its access did not (every detach path of ours revokes a
-  host before Cinder ends its attachment; ``os-reset_status`` ends the
-  rows and nothing else);
+  available with no live attachment) when Cinder's rows show the reset:
+  an attachment of that host ended while its access did not (every
+  detach path of ours revokes a host before Cinder ends its attachment;
+  ``os-reset_status`` ends the rows and nothing else);
 * otherwise (no such trace) once the volume has stayed so for
   ``forcedetach_reconcile_grace_seconds``;
 * every other finding is reported only (log, notification, counts), as
