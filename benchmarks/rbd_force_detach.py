@@ -71,12 +71,17 @@ ours (``cinder_forcedetach.drivers.rbd.RBDDriver``) and Cinder 29's own
    - ours, clone: the ``rbd://`` image; the volume becomes a copy-on-write
      clone of its snapshot;
    - ours, stream: the image service's ``download()`` into our raw sink
-     (format inspector on the first 1 MiB, then librbd writes; no
+     (format inspector on the first 1 MiB, then librbd asynchronous
+     writes, 8 in flight, zeros skipped on the discarded volume; no
      temporary file).  ``allowed_direct_url_schemes`` is empty, so
-     download() asks Glance, never reads the ``file://`` location;
-   - ours, stream with ``allowed_direct_url_schemes = file``: upstream's
-     download() itself reads the ``file://`` location and copies it with
-     ``shutil.copyfileobj`` (64 KiB writes; ``--file-scheme-sizes``);
+     download() asks Glance, never reads the ``file://`` location: every
+     byte, zeros included, crosses the image service (Glance's data call
+     tells no holes);
+   - ours, stream with ``allowed_direct_url_schemes = file``: where
+     upstream's download() would read the ``file://`` location itself,
+     our stream reads that file with its holes (``SEEK_DATA``/
+     ``SEEK_HOLE``): only the data extents are read, nothing comes from
+     Glance (``--file-scheme-sizes``);
    - upstream: Cinder's RBD ``copy_image_to_volume`` (``fetch_to_raw``
      into a temporary file, then ``qemu-img convert -S 0`` into the
      volume);
@@ -84,16 +89,28 @@ ours (``cinder_forcedetach.drivers.rbd.RBDDriver``) and Cinder 29's own
 
    Each result is read back (every data extent, one block in every hole:
    zeros, no old data), the path taken is checked (clone: the volume has
-   a parent; stream: download() wrote into our sink; upstream: into a
-   file), and limit/way and upstream/way are printed: both operands
+   a parent; stream: download() wrote into our sink; stream of the file:
+   download() not called, nothing from Glance; upstream: download() into
+   a file), and limit/way and upstream/way are printed: both operands
    measured in this run.  Goals: stream >= 0.9 of the limit; clone of
    10 GiB < 1 s and >= 10x faster than upstream.
+
+   Where download() served data, the time the image service spent
+   producing it (reading the image file into the chunks download()
+   iterates) is given too: the part of the way's time no consumer of
+   Glance's byte stream can save.
+
+   Warm: the whole image file, holes too, is read once right before each
+   way is timed, so it is in the page cache.  With ``--cold`` every way
+   is measured a second time with a cold cache: ``sync`` and ``echo 3 >
+   /proc/sys/vm/drop_caches`` right before each way is timed (the
+   limit's and ours alike; root only).
 
 No key is printed: the keyring is only ever passed as a file path.
 
 Usage: .venv/bin/python benchmarks/rbd_force_detach.py [--sizes 1,10]
            [--rounds 5] [--window 10] [--file-scheme-sizes 1]
-           [--full-write-sizes 1] [--ceph-dir DIR]
+           [--full-write-sizes 1] [--cold] [--ceph-dir DIR]
 """
 
 import argparse
@@ -263,11 +280,60 @@ def qemu_img(src, dst, *options):
                    capture_output=True)
 
 
+def drop_caches():
+    """A cold page cache: dirty pages written, then every clean one gone."""
+    os.sync()
+    with open('/proc/sys/vm/drop_caches', 'w') as f:
+        f.write('3\n')
+
+
+def warm_cache(path):
+    """A warm page cache: every page of *path*, holes too, read once."""
+    with open(path, 'rb') as f:
+        while f.read(4 * units.Mi):
+            pass
+
+
+def prepare_cache(path, cold):
+    if cold:
+        drop_caches()
+    else:
+        warm_cache(path)
+
+
+class ImageService(fakes.FakeImageService):
+    """The benchmark's image service: also times its own data.
+
+    ``serving`` adds up the time spent producing the chunks download()
+    iterates (reading the image file), so that a stream's time splits into
+    the image service's part and the rest, measured in the same run under
+    the same conditions.
+    """
+
+    serving = 0.0
+
+    def chunks(self, image_id):
+        source = super(ImageService, self).chunks(image_id)
+        while True:
+            t0 = time.monotonic()
+            try:
+                chunk = next(source)
+            except StopIteration:
+                return
+            finally:
+                self.serving += time.monotonic() - t0
+            yield chunk
+
+
 def bench_reimage(cluster, ctx, ours, upstream, workdir, size_gb,
-                  file_scheme, full_write):
-    """{way: (seconds, result)} for one image size."""
-    images = fakes.FakeImageService(glance_download=True,
-                                    chunk_size=glance_http.CHUNKSIZE)
+                  file_scheme, full_write, modes=('warm',)):
+    """{mode: {way: (seconds, result, image service's seconds)}}.
+
+    For one image size.  *modes*: 'warm' (:func:`warm_cache` right before
+    each way is timed) and/or 'cold' (:func:`drop_caches` instead).
+    """
+    images = ImageService(glance_download=True,
+                          chunk_size=glance_http.CHUNKSIZE)
     file_id, rbd_id, name, path = make_images(cluster, images, workdir,
                                               size_gb)
     ways = [('limit', None, file_id)]
@@ -278,45 +344,9 @@ def bench_reimage(cluster, ctx, ours, upstream, workdir, size_gb,
         ways.append(('stream-file', ours, file_id))
     ways.append(('upstream', upstream, file_id))
     results = {}
-    for way, driver, image_id in ways:
-        vol = old_volume(cluster, ctx, ours, size_gb)
-        del images.downloads[:]
-        images.served = 0
-        if way == 'stream-file':
-            CONF.set_override('allowed_direct_url_schemes', ['file'])
-        t0 = time.monotonic()
-        try:
-            if way == 'limit':
-                qemu_img(path, ours.image_destination(vol))
-            elif way == 'limit-full':
-                qemu_img(path, ours.image_destination(vol), '-S', '0')
-            else:
-                driver.copy_image_to_volume(ctx, vol, images, image_id,
-                                            disable_sparse=True)
-            elapsed = time.monotonic() - t0
-        finally:
-            CONF.clear_override('allowed_direct_url_schemes')
-        result = verify(cluster, vol, size_gb)
-        if result != 'verified':
-            FAILED.append('reimage %d GiB by %s: %s' % (size_gb, way,
-                                                        result))
-        path_taken = path_check(way, cluster, vol, images, size_gb)
-        if path_taken:
-            result += '; ' + path_taken
-        results[way] = (elapsed, result)
-        delete(ours, vol)
-
-    # qemu-img onto a local sparse file: the same source, another target
-    target = os.path.join(workdir, 'target-%dg.raw' % size_gb)
-    with open(target, 'wb') as f:
-        f.truncate(size_gb * units.Gi)
-    t0 = time.monotonic()
-    qemu_img(path, target)
-    elapsed = time.monotonic() - t0
-    with open(target, 'rb') as f:
-        results['file'] = (elapsed, check_content(
-            lambda off, length: os.pread(f.fileno(), length, off), size_gb))
-    os.unlink(target)
+    for mode in modes:
+        results[mode] = run_ways(cluster, ctx, ours, images, ways, path,
+                                 workdir, size_gb, mode == 'cold')
 
     os.unlink(path)
     client = cluster.connect()
@@ -332,6 +362,60 @@ def bench_reimage(cluster, ctx, ours, upstream, workdir, size_gb,
     return results
 
 
+def run_ways(cluster, ctx, ours, images, ways, path, workdir, size_gb, cold):
+    """{way: (seconds, result, seconds in the image service)}.
+
+    Each way once, then the local file.
+    """
+    results = {}
+    for way, driver, image_id in ways:
+        vol = old_volume(cluster, ctx, ours, size_gb)
+        del images.downloads[:]
+        images.served = 0
+        images.serving = 0.0
+        if way == 'stream-file':
+            CONF.set_override('allowed_direct_url_schemes', ['file'])
+        prepare_cache(path, cold)
+        t0 = time.monotonic()
+        try:
+            if way == 'limit':
+                qemu_img(path, ours.image_destination(vol))
+            elif way == 'limit-full':
+                qemu_img(path, ours.image_destination(vol), '-S', '0')
+            else:
+                driver.copy_image_to_volume(ctx, vol, images, image_id,
+                                            disable_sparse=True)
+            elapsed = time.monotonic() - t0
+        finally:
+            CONF.clear_override('allowed_direct_url_schemes')
+        result = verify(cluster, vol, size_gb)
+        if result != 'verified':
+            FAILED.append('reimage %d GiB by %s (%s): %s' % (
+                size_gb, way, 'cold' if cold else 'warm', result))
+        path_taken = path_check(way, cluster, vol, images, size_gb)
+        if path_taken:
+            result += '; ' + path_taken
+        if images.served:
+            result += '; image service: %.2f s of it' % images.serving
+        results[way] = (elapsed, result, images.serving)
+        delete(ours, vol)
+
+    # qemu-img onto a local sparse file: the same source, another target
+    target = os.path.join(workdir, 'target-%dg.raw' % size_gb)
+    with open(target, 'wb') as f:
+        f.truncate(size_gb * units.Gi)
+    prepare_cache(path, cold)
+    t0 = time.monotonic()
+    qemu_img(path, target)
+    elapsed = time.monotonic() - t0
+    with open(target, 'rb') as f:
+        results['file'] = (elapsed, check_content(
+            lambda off, length: os.pread(f.fileno(), length, off), size_gb),
+            0.0)
+    os.unlink(target)
+    return results
+
+
 def path_check(way, cluster, vol, images, size_gb):
     """'' when *way* took the path it names, else what it did instead."""
     sinks = [sink for _id, sink in images.downloads]
@@ -341,7 +425,7 @@ def path_check(way, cluster, vol, images, size_gb):
         'limit-full': (False, [], 0),
         'clone': (True, [], 0),
         'stream': (False, ['_RawSink'], size_gb * units.Gi),
-        'stream-file': (False, ['_RawSink'], 0),    # read by download()
+        'stream-file': (False, [], 0),      # the file read by the stream
         'upstream': (False, ['BufferedWriter'], size_gb * units.Gi),
     }[way]
     if (parent, sinks, images.served) == expected:
@@ -513,36 +597,49 @@ LABELS = [
     ('limit-full', 'qemu-img convert -S 0 -> RBD (every byte written)'),
     ('clone', 'ours: clone of the rbd:// image'),
     ('stream', 'ours: stream from download() (Glance chunks)'),
-    ('stream-file', 'ours: stream, download() reads file:// itself'),
+    ('stream-file', 'ours: stream of the file:// location (holes)'),
     ('upstream', 'upstream RBD copy_image_to_volume'),
     ('file', 'qemu-img convert -> local file (other target)'),
 ]
 
 
-def print_reimage(size_gb, r):
+def print_reimage(size_gb, results):
     data = size_gb * units.Gi // STRIDE * EXTENT // units.Mi
+    modes = list(results)
     print('\nReimage, %d GiB raw image (%d MiB of data, the rest holes) onto '
-          'a volume full of old data:' % (size_gb, data))
-    fmt = '  %-50s %8s  %-9s %-9s %s'
-    print(fmt % ('way', 'seconds', 'limit/way', 'upstream/', 'result'))
-    print(fmt % ('', '', '', 'way', ''))
+          'a volume full of old data; %s:' % (size_gb, data, ', '.join(
+              {'warm': 'warm (the image file read once before each way)',
+               'cold': 'cold (sync + drop_caches before each way)'}[m]
+              for m in modes)))
+    fmt = '  %-48s' + ' %8s %-9s %-9s' * len(modes) + ' %s'
+    print(fmt % tuple(['way'] + [h for m in modes for h in (
+        '%s s' % m, 'limit/way', 'upstream/')] + ['result']))
+    print(fmt % tuple([''] + ['', '', 'way'] * len(modes) + ['']))
     for way, label in LABELS:
-        if way not in r:
+        if way not in results[modes[0]]:
             continue
-        seconds, result = r[way]
-        print(fmt % (label, '%.2f' % seconds,
-                     '%.2fx' % (r['limit'][0] / seconds)
-                     if way != 'file' else '-',
-                     '%.1fx' % (r['upstream'][0] / seconds),
-                     result))
-    stream = r['limit'][0] / r['stream'][0]
-    clone = r['clone'][0]
-    print('  goals: stream >= 0.9 of the limit: %s (%.2f); clone %s 1 s '
-          '(%.2f s); clone >= 10x upstream: %s (%.1fx)' % (
-              'met' if stream >= 0.9 else 'NOT MET', stream,
-              '<' if clone < 1 else 'NOT <', clone,
-              'met' if r['upstream'][0] / clone >= 10 else 'NOT MET',
-              r['upstream'][0] / clone))
+        row = [label]
+        for mode in modes:
+            r = results[mode]
+            seconds = r[way][0]
+            row += ['%.2f' % seconds,
+                    '%.2fx' % (r['limit'][0] / seconds)
+                    if way != 'file' else '-',
+                    '%.1fx' % (r['upstream'][0] / seconds)]
+        row.append(' | '.join(results[m][way][1] for m in modes))
+        print(fmt % tuple(row))
+    for mode in modes:
+        r = results[mode]
+        stream = r['limit'][0] / r['stream'][0]
+        clone = r['clone'][0]
+        print('  goals (%s): stream >= 0.9 of the limit: %s (%.2f); clone '
+              '%s 1 s (%.2f s); clone >= 10x upstream: %s (%.1fx); the '
+              'stream spent %.2f s in the image service' % (
+                  mode, 'met' if stream >= 0.9 else 'NOT MET', stream,
+                  '<' if clone < 1 else 'NOT <', clone,
+                  'met' if r['upstream'][0] / clone >= 10 else 'NOT MET',
+                  r['upstream'][0] / clone,
+                  r['stream'][2]))
 
 
 # -- setup --------------------------------------------------------------------
@@ -585,6 +682,11 @@ def main():
     parser.add_argument('--full-write-sizes', default='1',
                         help='sizes (GiB) also written by qemu-img -S 0 '
                              '(default 1)')
+    parser.add_argument('--cold', action='store_true',
+                        help='measure every reimage way a second time with '
+                             'a cold page cache (sync and echo 3 > '
+                             '/proc/sys/vm/drop_caches before each way; '
+                             'needs root)')
     parser.add_argument('--ceph-dir', default=None,
                         help='use the running tools/ceph-dev.sh cluster of '
                              'this directory')
@@ -629,7 +731,8 @@ def main():
         for size_gb in sizes:
             print_reimage(size_gb, bench_reimage(
                 cluster, ctx, ours, upstream, workdir, size_gb,
-                size_gb in file_scheme, size_gb in full_write))
+                size_gb in file_scheme, size_gb in full_write,
+                modes=('warm', 'cold') if args.cold else ('warm',)))
             sys.stdout.flush()
         print('\nload average at the end: %s' %
               open('/proc/loadavg').read().split()[0])

@@ -12,10 +12,15 @@
 
 """Write an image onto a volume behind Cinder's own image gates.
 
-Image data only ever comes from the image service's ``download()``, which
-alone decides, as upstream, whether a ``file://`` location may be read
-(``allowed_direct_url_schemes``, empty by default); no location is ever
-handed to qemu-img.
+Image data only ever comes from what the image service's ``download()``
+reads: Glance's data, or the file of a ``file://`` location when, and only
+when, upstream's ``download()`` would read that file itself
+(``allowed_direct_url_schemes`` has ``file``; empty by default), or the
+copy Cinder already fetched for this request; no location is ever handed to
+qemu-img.  Glance's data call (glanceclient's ``images.data()``, which
+Cinder's ``download()`` iterates) is a plain byte stream: it tells no
+holes.  A local file does (``SEEK_DATA``/``SEEK_HOLE``): those two are read
+by this module, their holes never read.
 
 * A raw image of known size is streamed onto the volume without a temporary
   copy, but its first :data:`HEAD_BYTES` are held back until the format
@@ -25,7 +30,8 @@ handed to qemu-img.
   reaches the volume, and so is an image larger than the volume (a stream
   longer than its declared size is cut off at the volume's end).  Where the
   volume reads zeros already (a new volume, or one the driver's ``discard``
-  deallocated after that check), the image's zeros are skipped, not written.
+  deallocated after that check), the image's zeros and holes are skipped,
+  not written.
 * Any other image goes through upstream's ``image_utils.fetch_to_raw`` into
   a temporary raw file in ``image_conversion_dir`` (format inspector,
   ``qemu-img info``, format mismatch, backing and data files, VMDK create
@@ -33,8 +39,10 @@ handed to qemu-img.
   ``qemu-img convert -n`` write it onto the volume.
 """
 
+import errno
 import io
-import shutil
+import os
+import urllib.parse
 
 from cinder import exception
 from cinder.i18n import _
@@ -73,7 +81,8 @@ BLOCK_BYTES = 4 * units.Mi
 #: ... and, where the volume reads zeros already, all-zero grains of this
 #: size are skipped, not written.
 GRAIN_BYTES = 64 * units.Ki
-_ZEROS = memoryview(bytes(BLOCK_BYTES))
+_ZERO_BLOCK = bytes(BLOCK_BYTES)
+_ZEROS = memoryview(_ZERO_BLOCK)
 
 
 def unacceptable(image_id, reason):
@@ -159,7 +168,10 @@ class _RawSink(object):
     :func:`check_head` has passed the first :data:`HEAD_BYTES`.  Data goes
     out in blocks of :data:`BLOCK_BYTES`; when the volume reads zeros
     already (*sparse*: a new volume, or *discard* called once the head
-    passed and returning True), all-zero :data:`GRAIN_BYTES` are skipped.
+    passed and returning True), all-zero :data:`GRAIN_BYTES` are skipped,
+    and so are the holes a source tells (:meth:`zeros`).  Writes may be
+    asynchronous (the RBD file): :meth:`finish` returns only once the
+    volume's ``flush()`` did, which reports any write that failed.
     """
 
     def __init__(self, image_id, volume_size_gb, open_destination,
@@ -176,13 +188,16 @@ class _RawSink(object):
         self.at = 0                 # the volume's file position
         self.volume = None
 
-    def write(self, data):
-        self.written += len(data)
+    def _count(self, length):
+        self.written += length
         if self.written > self.volume_size_gb * units.Gi:
             raise exception.ImageTooBig(
                 image_id=self.image_id,
                 reason=_('download exceeded the volume size of %d GiB')
                 % self.volume_size_gb)
+
+    def write(self, data):
+        self._count(len(data))
         self.pending.append(bytes(data))
         self.pending_len += len(data)
         if self.volume is None:
@@ -192,6 +207,22 @@ class _RawSink(object):
         if self.pending_len >= BLOCK_BYTES:
             self._drain(self.pending_len - self.pending_len % BLOCK_BYTES)
 
+    def zeros(self, length):
+        """The next *length* bytes of the image are zeros (a hole).
+
+        Skipped (neither made nor written) once the head passed, where the
+        volume reads zeros; else they go through :meth:`write`.
+        """
+        while length > 0 and (self.volume is None or not self.skip_zeros):
+            n = min(length, BLOCK_BYTES)
+            self.write(_ZERO_BLOCK[:n])
+            length -= n
+        if length > 0:
+            self._count(length)
+            if self.pending_len:
+                self._drain(self.pending_len)
+            self.pos += length
+
     def _open(self):
         check_head(self.image_id, 'raw', b''.join(self.pending))
         if not self.skip_zeros and self.discard is not None:
@@ -200,22 +231,50 @@ class _RawSink(object):
 
     def _drain(self, end):
         """Write the first *end* pending bytes (whole blocks, or all)."""
-        if self.skip_zeros and end == self.pending_len and all(
-                len(p) <= BLOCK_BYTES and _zero(p, 0, len(p))
-                for p in self.pending):
-            self.pending, self.pending_len = [], 0      # no copy needed
-            self.pos += end
-            return
-        data = b''.join(self.pending)
-        rest = data[end:]
-        self.pending, self.pending_len = ([rest] if rest else []), len(rest)
-        runs = _data_runs(data, end) if self.skip_zeros else [(0, end)]
-        for start, stop in runs:
-            if self.at != self.pos + start:
-                self.volume.seek(self.pos + start)
-            self.volume.write(data[start:stop])
-            self.at = self.pos + stop
+        chunks, taken = [], 0
+        while taken < end:
+            chunk = self.pending.pop(0)
+            if taken + len(chunk) > end:
+                cut = end - taken
+                self.pending.insert(0, chunk[cut:])
+                chunk = chunk[:cut]
+            chunks.append(chunk)
+            taken += len(chunk)
+        self.pending_len -= end
+        if self.skip_zeros:
+            self._write_runs(chunks)
+        else:
+            self._write_at(self.pos, chunks)
         self.pos += end
+
+    def _write_runs(self, chunks):
+        """Write the non-zero grains of *chunks* (from ``pos`` on).
+
+        Chunk by chunk, without joining them first: adjacent non-zero
+        grains make one write, the only copy of their bytes.
+        """
+        run_at, run_end, pieces = None, None, []
+        off = self.pos
+        for chunk in chunks:
+            for start, stop in _runs(chunk, off):
+                if run_end != off + start:
+                    if pieces:
+                        self._write_at(run_at, pieces)
+                    run_at, pieces = off + start, []
+                pieces.append(chunk if stop - start == len(chunk)
+                              else memoryview(chunk)[start:stop])
+                run_end = off + stop
+            off += len(chunk)
+        if pieces:
+            self._write_at(run_at, pieces)
+
+    def _write_at(self, offset, pieces):
+        data = (pieces[0] if len(pieces) == 1 and
+                isinstance(pieces[0], bytes) else b''.join(pieces))
+        if self.at != offset:
+            self.volume.seek(offset)
+        self.volume.write(data)
+        self.at = offset + len(data)
 
     def finish(self):
         if self.volume is None:
@@ -232,54 +291,119 @@ def _zero(data, start, stop):
     return data.startswith(_ZEROS[:stop - start], start, stop)
 
 
-def _data_runs(data, end):
-    """``(start, stop)`` of the runs in ``data[:end]`` of non-zero grains.
+def _runs(data, base):
+    """``(start, stop)`` in *data* of its runs of non-zero grains.
 
-    An aligned all-zero block is recognised at once (one memcmp).
+    *base* is the volume offset of ``data[0]``: grains are the volume's
+    :data:`GRAIN_BYTES`, blocks its :data:`BLOCK_BYTES`.  The zeros up to
+    the end of a block are recognised at once (one memcmp) at the start of
+    *data* and of each block, then grain by grain: every byte is compared
+    at most twice.
     """
-    run, off = None, 0
+    run, off, end = None, 0, len(data)
     while off < end:
-        block_end = min(off + BLOCK_BYTES, end)
-        grain_end = min(off + GRAIN_BYTES, end)
-        if off % BLOCK_BYTES == 0 and _zero(data, off, block_end):
-            stop = block_end
-        elif _zero(data, off, grain_end):
-            stop = grain_end
-        else:
-            run = off if run is None else run
-            off = grain_end
-            continue
-        if run is not None:
-            yield run, off
-            run = None
-        off = stop
+        at = base + off
+        if off == 0 or at % BLOCK_BYTES == 0:
+            block_end = min(off + BLOCK_BYTES - at % BLOCK_BYTES, end)
+            if _zero(data, off, block_end):
+                if run is not None:
+                    yield run, off
+                    run = None
+                off = block_end
+                continue
+        grain_end = min(off + GRAIN_BYTES - at % GRAIN_BYTES, end)
+        if _zero(data, off, grain_end):
+            if run is not None:
+                yield run, off
+                run = None
+        elif run is None:
+            run = off
+        off = grain_end
     if run is not None:
         yield run, end
+
+
+def local_source(context, image_service, image_id):
+    """The local file the image service's data would come from, or None.
+
+    The copy Cinder already fetched for this request (create from image),
+    else the first ``file://`` location when upstream's ``download()``
+    would read it itself: ``allowed_direct_url_schemes`` has ``file``
+    (upstream's rule, in upstream's order of locations).
+    """
+    temp_images = getattr(image_service, 'temp_images', None)
+    fetched = temp_images and temp_images.get(context, image_id)
+    if fetched:
+        return fetched
+    if 'file' not in (CONF.allowed_direct_url_schemes or ()):
+        return None
+    try:
+        direct_url, locations = image_service.get_location(context, image_id)
+    except (AttributeError, NotImplementedError, exception.NotFound):
+        return None
+    for url in [direct_url] + [loc.get('url') for loc in locations or []]:
+        if url is None:
+            continue
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme == 'file':
+            return parsed.path
+    return None
+
+
+def _seek(fd, pos, whence, size):
+    """``lseek(SEEK_DATA/SEEK_HOLE)``; *size* where nothing follows."""
+    try:
+        return min(os.lseek(fd, pos, whence), size)
+    except OSError as err:
+        if err.errno == errno.ENXIO:        # no data (or EOF) after pos
+            return size
+        if err.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+            return pos if whence == os.SEEK_DATA else size
+        raise
+
+
+def copy_file(path, sink):
+    """Feed *sink* a local file: its data read, its holes told as holes."""
+    with open(path, 'rb') as src:
+        fd = src.fileno()
+        size = os.fstat(fd).st_size
+        pos = 0
+        while pos < size:
+            data = _seek(fd, pos, os.SEEK_DATA, size)
+            if data > pos:
+                sink.zeros(data - pos)
+                pos = data
+            hole = _seek(fd, pos, os.SEEK_HOLE, size)
+            while pos < hole:
+                chunk = os.pread(fd, min(BLOCK_BYTES, hole - pos), pos)
+                if not chunk:
+                    return
+                sink.write(chunk)
+                pos += len(chunk)
 
 
 def stream_raw(context, image_service, image_id, volume_size_gb,
                open_destination, sparse=False, discard=None):
     """Stream a raw image onto the volume, its head inspected first.
 
-    A copy Cinder already fetched for this request (create from image) is
-    read instead of downloading again.  *sparse* and *discard*: see
-    :class:`_RawSink`.
+    A local file (:func:`local_source`) is read with its holes; anything
+    else is the image service's ``download()`` (Glance's data: every byte).
+    *sparse* and *discard*: see :class:`_RawSink`.
     """
     sink = _RawSink(image_id, volume_size_gb, open_destination,
                     sparse=sparse, discard=discard)
-    temp_images = getattr(image_service, 'temp_images', None)
-    fetched = temp_images and temp_images.get(context, image_id)
+    path = local_source(context, image_service, image_id)
     try:
-        if fetched:
-            with open(fetched, 'rb') as src:
-                shutil.copyfileobj(src, sink, BLOCK_BYTES)
+        if path:
+            copy_file(path, sink)
         else:
             image_service.download(context, image_id, sink)
         sink.finish()
     finally:
         sink.close()
-    LOG.info('Image %(img)s streamed onto the volume (%(n)d bytes).',
-             {'img': image_id, 'n': sink.written})
+    LOG.info('Image %(img)s streamed onto the volume (%(n)d bytes%(from)s).',
+             {'img': image_id, 'n': sink.written,
+              'from': ' from %s' % path if path else ''})
 
 
 def fetch_to_volume(context, image_service, image_id, volume_size_gb,

@@ -19,6 +19,9 @@ credentials stay in files (``qemu_rbd_spec`` names the keyring file,
 never a key).
 """
 
+import collections
+import errno
+import functools
 import os
 import urllib.parse
 
@@ -70,21 +73,90 @@ def qemu_rbd_spec(pool, image, user=None, conf=None, keyring=None,
     return spec
 
 
-class ImageFile(object):
-    """A sequential binary file on an open RBD image (and its connection)."""
+#: librbd writes an :class:`ImageFile` keeps in flight at most.
+WRITE_DEPTH = 8
 
-    def __init__(self, connection, image):
+
+class ImageFile(object):
+    """A sequential binary file on an open RBD image (and its connection).
+
+    Writes are librbd asynchronous writes, at most *depth* in flight:
+    ``write()`` returns once librbd has the request (the file keeps the
+    buffer until the write completed), waiting for the oldest write first
+    when *depth* are out.  Every completion is checked: its callback
+    (librbd's thread) records a failure and nothing else, and the file
+    reads each completion's return value again when it reaps it.  After a
+    failed write every later ``write()`` raises and nothing more is sent;
+    ``flush()`` waits for every write, raises the failure if there is one,
+    and only then flushes librbd (so a flush that returns means every
+    byte written landed); ``close()`` waits for every write too, and
+    raises a failure nobody was told of yet.  Reads wait for the writes.
+    """
+
+    def __init__(self, connection, image, depth=WRITE_DEPTH):
         self._connection = connection
         self._image = image
         self._pos = 0
+        self._depth = max(1, depth)
+        self._in_flight = collections.deque()   # (completion, data, offset)
+        self._failure = None                    # (offset, length, ret)
+        self._reported = False
 
     def write(self, data):
-        if data:
-            self._image.write(bytes(data), self._pos)
-            self._pos += len(data)
-        return len(data)
+        self._raise_failure()
+        if not data:
+            return 0
+        data = bytes(data)
+        while len(self._in_flight) >= self._depth:
+            self._reap()
+            self._raise_failure()
+        offset, length = self._pos, len(data)
+        completion = self._image.aio_write(
+            data, offset, functools.partial(self._completed, offset, length))
+        # librbd may write from this very buffer (zero copy): it lives
+        # until the completion is reaped
+        self._in_flight.append((completion, data, offset))
+        self._pos += length
+        return length
+
+    def _completed(self, offset, length, completion):
+        """librbd's completion callback: records a failure, never raises.
+
+        Runs in a librbd thread: no lock, no eventlet primitive.
+        """
+        self._fail(offset, length, completion.get_return_value())
+
+    def _fail(self, offset, length, ret):
+        if ret < 0 and self._failure is None:
+            self._failure = (offset, length, ret)
+
+    def _reap(self):
+        """Wait for the oldest write in flight; record its failure."""
+        completion, data, offset = self._in_flight.popleft()
+        try:
+            completion.wait_for_complete_and_cb()
+        except Exception:
+            LOG.exception('Completion callback of an RBD write failed.')
+            self._fail(offset, len(data), -errno.EIO)
+        self._fail(offset, len(data), completion.get_return_value())
+
+    def _wait_all(self):
+        while self._in_flight:
+            self._reap()
+
+    def _raise_failure(self):
+        if self._failure is None:
+            return
+        offset, length, ret = self._failure
+        self._reported = True
+        raise IOError(-ret, _('RBD write of %(len)d bytes at offset %(off)d '
+                              'failed: %(err)s') % {
+                                  'len': length, 'off': offset,
+                                  'err': os.strerror(-ret)})
 
     def read(self, length=-1):
+        self._wait_all()
+        self._raise_failure()
         size = self._image.size()
         if length is None or length < 0:
             length = size - self._pos
@@ -96,15 +168,22 @@ class ImageFile(object):
         return data
 
     def seek(self, offset, whence=os.SEEK_SET):
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos,
-                os.SEEK_END: self._image.size()}[whence]
-        self._pos = base + offset
+        if whence == os.SEEK_SET:
+            self._pos = offset
+        elif whence == os.SEEK_CUR:
+            self._pos += offset
+        elif whence == os.SEEK_END:
+            self._pos = self._image.size() + offset
+        else:
+            raise ValueError(_('invalid whence %s') % whence)
         return self._pos
 
     def tell(self):
         return self._pos
 
     def flush(self):
+        self._wait_all()
+        self._raise_failure()
         self._image.flush()
 
     def fileno(self):
@@ -114,11 +193,17 @@ class ImageFile(object):
         if self._image is None:
             return
         try:
-            self._image.flush()
-            self._image.close()
+            self._wait_all()
+            if self._failure is None:
+                self._image.flush()
         finally:
-            self._image = None
-            self._connection.__exit__(None, None, None)
+            try:
+                self._image.close()
+            finally:
+                self._image = None
+                self._connection.__exit__(None, None, None)
+        if not self._reported:
+            self._raise_failure()
 
     def __enter__(self):
         return self
@@ -132,7 +217,21 @@ class ImageFile(object):
         # connection shuts down: librbd hangs closing an image whose
         # cluster handle is gone, which is what collecting both in any
         # order can do.
-        self.close()
+        try:
+            self.close()
+        except Exception:
+            LOG.exception('RBD image file dropped unclosed.')
+
+
+def _ignore(completion):
+    """A completion callback: the completion is checked when reaped."""
+
+
+def _reaped(completion, offset):
+    """Wait for *completion*: None, or ``(offset, ret)`` if it failed."""
+    completion.wait_for_complete_and_cb()
+    ret = completion.get_return_value()
+    return (offset, ret) if ret < 0 else None
 
 
 class Images(object):
@@ -162,8 +261,11 @@ class Images(object):
                              conf=self.access.conf or None,
                              keyring=self.access.keyring, snapshot=snapshot)
 
-    def open_file(self, name, read_only=False):
-        """An :class:`ImageFile` on image *name* (closing it disconnects)."""
+    def open_file(self, name, read_only=False, depth=WRITE_DEPTH):
+        """An :class:`ImageFile` on image *name* (closing it disconnects).
+
+        *depth*: librbd writes kept in flight (see :class:`ImageFile`).
+        """
         connection = self.connect()
         _client, ioctx = connection.__enter__()
         try:
@@ -171,7 +273,7 @@ class Images(object):
         except BaseException:
             connection.__exit__(None, None, None)
             raise
-        return ImageFile(connection, image)
+        return ImageFile(connection, image, depth=depth)
 
     def same_cluster_location(self, context, image_service, image_id):
         """``(pool, image, snap)`` of an image's ``rbd://`` location here."""
@@ -209,9 +311,24 @@ class Images(object):
             with rbd.Image(ioctx, name) as image:
                 size = image.size()
                 # librbd returns the length discarded as an int: at most
-                # 2 GiB per call.
+                # 2 GiB per call; WRITE_DEPTH calls in flight.
+                in_flight = collections.deque()
+                failed = []
                 for offset in range(0, size, units.Gi):
-                    image.discard(offset, min(units.Gi, size - offset))
+                    if len(in_flight) >= WRITE_DEPTH:
+                        failed.append(_reaped(*in_flight.popleft()))
+                    length = min(units.Gi, size - offset)
+                    in_flight.append((image.aio_discard(
+                        offset, length, _ignore), offset))
+                while in_flight:
+                    failed.append(_reaped(*in_flight.popleft()))
+                failed = [f for f in failed if f]
+                if failed:
+                    offset, ret = failed[0]
+                    raise IOError(-ret, _('RBD discard at offset %(off)d '
+                                          'of %(name)s failed: %(err)s') % {
+                                              'off': offset, 'name': name,
+                                              'err': os.strerror(-ret)})
 
     def clone_into(self, location, name, size_gb, features):
         """Image *name*: a clone of a raw same-cluster snapshot.

@@ -22,6 +22,7 @@ Set ``CINDER_FORCEDETACH_TEST_CEPH_DIR`` to use (and keep) a cluster made
 by ``tools/ceph-dev.sh`` in that directory instead.
 """
 
+import errno
 import functools
 import json
 import os
@@ -1086,6 +1087,59 @@ class ImageTestCase(RBDTestCase):
         vol_id = self.volume_with_old_data()
         self.reimage(vol_id, image_id)
         self.assertEqual(data, self.volume_bytes(vol_id, len(data)))
+        self.assertEqual([], self.commands)
+
+    def test_reimage_stream_of_an_allowed_file_location(self):
+        # allowed_direct_url_schemes has file: upstream's download() would
+        # read the location itself; the stream reads it with its holes
+        # (SEEK_DATA/SEEK_HOLE), nothing comes from the image service.
+        self.override_config('allowed_direct_url_schemes', ['file'])
+        data = self.image_data()
+        path = os.path.join(self.workdir, 'sparse.raw')
+        with open(path, 'wb') as f:
+            f.truncate(len(data))
+            for i in range(0, len(data) // BLOCK, 97):
+                f.seek(i * BLOCK)
+                f.write(data[i * BLOCK:(i + 1) * BLOCK])
+        image_id = self.images.add(path=path, url='file://' + path)
+        vol_id = self.volume_with_old_data()
+        self.reimage(vol_id, image_id)
+        self.assertEqual(data, self.volume_bytes(vol_id, len(data)))
+        self.assertEqual(([], 0), (self.images.downloads,
+                                   self.images.served))
+        self.assertEqual([], self.commands)
+
+    def test_reimage_stream_fails_when_a_write_fails(self):
+        # A real librbd write error: the stream's client is blocklisted
+        # once the volume is open; its asynchronous writes fail (errno
+        # 108) and so does the copy, instead of reporting it done.
+        vol_id = self.volume_with_old_data()
+        name = self.image_name(vol_id)
+        fenced = []
+
+        def reader():
+            yield ceph.block_for('IMG', 0) * ((1 << 20) // BLOCK)
+            client = self.cluster.connect()
+            try:
+                with client.open_ioctx(self.cluster.pool) as ioctx:
+                    with rbd.Image(ioctx, name, read_only=True) as image:
+                        watchers = [w['addr'] for w in image.watchers_list()]
+                for addr in watchers:
+                    client.blocklist_add(addr, 600)
+                    fenced.append(addr)
+            finally:
+                client.shutdown()
+            for i in range(1, 16):
+                yield ceph.block_for('IMG', i) * ((1 << 20) // BLOCK)
+        self.addCleanup(lambda: [self.cluster.admin(
+            'osd', 'blocklist', 'rm', addr) for addr in fenced])
+        image_id = str(uuid.uuid4())
+        self.images.add(image_id, size=16 << 20, reader=reader)
+        # (Cinder's copy_image_to_volume wraps it as ImageCopyFailure)
+        err = self.assertRaises(exception.ImageCopyFailure, self.reimage,
+                                vol_id, image_id)
+        self.assertIn('[Errno %d] RBD write of' % errno.ESHUTDOWN, str(err))
+        self.assertEqual(1, len(fenced), fenced)
         self.assertEqual([], self.commands)
 
     def test_volume_operations(self):

@@ -16,10 +16,13 @@ where the volume reads zeros."""
 
 import io
 import os
+import random
 import subprocess
 import tempfile
 
 from cinder import exception
+import fixtures
+from oslo_config import fixture as config_fixture
 import testtools
 
 from cinder_forcedetach.drivers import common
@@ -218,6 +221,39 @@ class ZeroSkippingTestCase(testtools.TestCase):
                               ('write', 2 * BLOCK, BLOCK),
                               ('write', 3 * BLOCK, 5), 'close'], events)
 
+    def test_any_chunking_writes_only_non_zero_grains(self):
+        rnd = random.Random(7)
+        grains = 3 * BLOCK // GRAIN + 5
+        data = bytearray(grains * GRAIN + 333)
+        non_zero = set(rnd.sample(range(grains), grains // 4))
+        for g in non_zero:
+            data[g * GRAIN + rnd.randrange(GRAIN)] = 1 + rnd.randrange(255)
+        data[-1] = 9
+        non_zero.add(grains)
+        data = bytes(data)
+        for _ in range(6):
+            chunks, at = [], 0
+            while at < len(data):
+                size = rnd.choice((1, 4095, GRAIN - 1, GRAIN + 7, MiB + 3,
+                                   5 * MiB))
+                chunks.append(data[at:at + size])
+                at += size
+            self.events = events = []
+            content = bytearray(len(data))
+            sink = image._RawSink(
+                'i', 1, lambda: VolumeFile(events, content), sparse=True)
+            for chunk in chunks:
+                sink.write(chunk)
+            sink.finish()
+            self.assertEqual(data, bytes(content))
+            written = set()
+            for event in events:
+                if event[0] == 'write':
+                    written.update(range(event[1] // GRAIN,
+                                         (event[1] + event[2] - 1) // GRAIN
+                                         + 1))
+            self.assertEqual(non_zero, written)
+
     def test_file_volume_discard_keeps_the_size(self):
         with tempfile.NamedTemporaryFile() as f:
             f.write(b'old' * 1000)
@@ -231,3 +267,123 @@ class ZeroSkippingTestCase(testtools.TestCase):
             with open(f.name, 'rb') as g:
                 self.assertEqual(bytes(3000), g.read())
             self.assertEqual(0, os.stat(f.name).st_blocks)
+
+
+class LocalFileHolesTestCase(testtools.TestCase):
+    """A local file's holes are neither read nor (after discard) written.
+
+    The holes are what SEEK_DATA/SEEK_HOLE tell; the gates stay as they are.
+    """
+
+    def sparse_file(self, extents, size):
+        """A file of *size* bytes holding ``{offset: data}``, holes else."""
+        path = os.path.join(self.useFixture(fixtures.TempDir()).path, 'img')
+        with open(path, 'wb') as f:
+            f.truncate(size)
+            for offset, data in extents.items():
+                f.seek(offset)
+                f.write(data)
+        return path
+
+    def copy(self, path, size_gb=1, sparse=False, discard=False, old=b'\xee'):
+        """copy_file into a _RawSink; (events, content, bytes fed)."""
+        size = os.path.getsize(path)
+        self.events = events = []
+        content = bytearray(old * size)
+        fed = []
+
+        def open_destination():
+            events.append('open')
+            return VolumeFile(events, content)
+
+        def discarder():
+            events.append('discard')
+            content[:] = bytes(len(content))
+            return True
+        sink = image._RawSink('i', size_gb, open_destination, sparse=sparse,
+                              discard=discarder if discard else None)
+        write = sink.write
+        sink.write = lambda data: (fed.append(len(data)), write(data))[1]
+        try:
+            image.copy_file(path, sink)
+            sink.finish()
+        finally:
+            sink.close()
+        return events, bytes(content[:size]), sum(fed)
+
+    def extents(self):
+        return {0: b'H' * MiB, 9 * MiB: b'D' * GRAIN,
+                13 * MiB + 4096: b'E' * 4096}
+
+    def expected(self, extents, size):
+        data = bytearray(size)
+        for offset, chunk in extents.items():
+            data[offset:offset + len(chunk)] = chunk
+        return bytes(data)
+
+    def test_holes_neither_read_nor_written_after_discard(self):
+        extents, size = self.extents(), 16 * MiB
+        path = self.sparse_file(extents, size)
+        events, content, fed = self.copy(path, discard=True)
+        self.assertEqual(self.expected(extents, size), content)
+        writes = [e for e in events if e[0] == 'write']
+        self.assertEqual(['discard', 'open'], events[:2])
+        self.assertEqual(sum(len(c) for c in extents.values()),
+                         sum(w[2] for w in writes))
+        # read: the data extents, not the holes (file system blocks)
+        self.assertLess(fed, 2 * MiB)
+
+    def test_holes_written_as_zeros_without_discard(self):
+        extents, size = self.extents(), 16 * MiB
+        path = self.sparse_file(extents, size)
+        events, content, fed = self.copy(path)
+        self.assertEqual(self.expected(extents, size), content)   # no old
+        self.assertEqual(size, sum(e[2] for e in events if e[0] == 'write'))
+
+    def test_head_in_a_hole_is_inspected(self):
+        extents, size = {8 * MiB: b'D' * MiB}, 12 * MiB
+        events, content, fed = self.copy(self.sparse_file(extents, size),
+                                         sparse=True, old=b'\0')
+        self.assertEqual(self.expected(extents, size), content)
+        # the head's zeros are made for the inspector, then skipped
+        self.assertEqual([('seek', 8 * MiB), ('write', 8 * MiB, MiB)],
+                         [e for e in events if e[0] in ('write', 'seek')])
+
+    def test_qcow2_head_of_a_sparse_file_is_refused(self):
+        path = self.sparse_file({0: qemu_image('qcow2')}, 64 * MiB)
+        self.assertRaises(exception.ImageUnacceptable, self.copy, path,
+                          discard=True)
+        self.assertEqual([], self.events)
+
+    def test_holes_count_against_the_volume_size(self):
+        path = self.sparse_file({0: b'H' * 4096}, (1 << 30) + 4096)
+        events = []
+        sink = image._RawSink('i', 1, lambda: VolumeFile(events, bytearray()),
+                              sparse=True)
+        self.assertRaises(exception.ImageTooBig, image.copy_file, path, sink)
+        self.assertEqual([('write', 0, 4096)], events)
+
+    def test_local_source_follows_upstreams_rule(self):
+        conf = self.useFixture(config_fixture.Config(image.CONF))
+
+        class Service(object):
+            temp_images = None
+            locations = [{'url': 'http://glance/x'},
+                         {'url': 'file:///srv/images/x'}]
+
+            def get_location(self, context, image_id):
+                return None, self.locations
+        service = Service()
+        self.assertIsNone(image.local_source(None, service, 'x'))
+        conf.config(allowed_direct_url_schemes=['file'])
+        self.assertEqual('/srv/images/x',
+                         image.local_source(None, service, 'x'))
+        service.locations = [{'url': 'http://glance/x'}]
+        self.assertIsNone(image.local_source(None, service, 'x'))
+
+        class Fetched(object):
+            def get(self, context, image_id):
+                return '/tmp/fetched'
+        service.temp_images = Fetched()
+        self.assertEqual('/tmp/fetched',
+                         image.local_source(None, service, 'x'))
