@@ -37,13 +37,34 @@ A fenced client's next I/O fails with ``ConnectionShutdown`` (errno 108);
 a new client opens the image and writes at once.  A run with nothing left
 to fence is a success, and a run after a crash between the blocklist and
 the lock break finishes the job (the dead lock owner is still selected).
+
+:meth:`Fencing.fence_host` does steps 1-5 for many volumes of one host at
+once (a host fence): one connection, the holders of every image read in
+parallel, the same selection per volume (:func:`select_host_targets`),
+one record write, each distinct blocklist entry added once, all of them
+in flight together (the monitor commits them in one or two OSD map
+epochs instead of one epoch per volume), then one bounded wait for every
+image.  A volume whose clients cannot be explained fails alone.
+
+Blocklist entries on Ceph 16.2.15 (Pacific), as measured: ``osd blocklist
+add IP:PORT/NONCE`` cuts that client instance; ``osd blocklist add IP``
+(stored as ``IP:0/0``) cuts every client at that IP, present and future;
+``osd blocklist range add CIDR`` exists too (stored as ``cidr:...``,
+listed after the address list).  Beware ``osd blocklist add
+10.0.0.0/24``: it is taken as the *address* ``10.0.0.0:0/24`` (nonce 24)
+and cuts nothing.
 """
 
+import collections
+import contextlib
 import datetime
 import ipaddress
 import json
 import socket
+import threading
 import time
+
+import eventlet
 
 from cinder import exception
 from cinder.i18n import _
@@ -210,7 +231,238 @@ def _unexplained(err, holders):
              'refresh) so that it names the address.') % clients
 
 
+# -- a host fence: many volumes of one host (pure, unit tested) --------------
+
+#: Why a batch fails a volume whose target another volume's attachment keeps.
+KEPT_ELSEWHERE = ('it also holds volume %s for an attachment that stays: '
+                  'blocklisting it would cut that one too')
+
+
+def holders_from(watchers, lockers):
+    """``[(kind, addr)]`` from what one read-only image handle shows.
+
+    *watchers*: ``Image.watchers_list()``; *lockers*: ``Image.list_lockers()``
+    of a handle opened just now (a handle caches them).  The exclusive
+    lock is a locker of tag ``internal`` whose cookie starts with
+    ``auto ``: its ``lock owner``; anything else is an advisory ``locker``.
+    """
+    holders = [('watcher', w['addr']) for w in watchers or ()]
+    lockers = lockers if isinstance(lockers, dict) else {}
+    internal = lockers.get('tag') == 'internal'
+    for _client, cookie, addr in lockers.get('lockers') or ():
+        kind = ('lock owner' if internal and str(cookie).startswith('auto ')
+                else 'locker')
+        holders.append((kind, addr))
+    return holders
+
+
+def ip_entry(ip):
+    """The blocklist entry that cuts every client at *ip*: ``IP:0/0``.
+
+    What ``osd blocklist add IP`` stores; the OSDs match a client against
+    it by IP whatever its port and nonce.
+    """
+    ip = ipaddress.ip_address(ip)
+    host = '[%s]' % ip if ip.version == 6 else str(ip)
+    return '%s:0/0' % host
+
+
+def _ip_entry_of(addr):
+    """The IP-wide entry that would cover client *addr* (or None)."""
+    try:
+        return ip_entry(addr_ip(addr))
+    except ValueError:
+        return None
+
+
+def _entry(record):
+    """The blocklist entry a fence record was made with."""
+    return record.get('entry') or record['addr']
+
+
+def memoized(resolve=None):
+    """*resolve* (default: the system resolver), asked once per name."""
+    resolve = resolve or _resolve
+    cache = {}
+
+    def cached(name):
+        if name not in cache:
+            cache[name] = list(resolve(name))
+        return cache[name]
+    return cached
+
+
+def select_host_targets(holders, own_addrs, connector, keep_connectors,
+                        resolve=None):
+    """Which clients a host fence cuts, volume by volume.
+
+    :param holders: ``{volume_id: [addr]}``: who holds each image.
+    :param own_addrs: this driver's own client address(es).
+    :param connector: the host that leaves every one of these volumes.
+    :param keep_connectors: ``{volume_id: [connector or None]}``: one entry
+        per attachment of that volume that stays (another host's).
+    :returns: ``(targets, failed, spared)``: ``{volume_id: sorted addrs}``
+        of the volumes to fence (empty list: nothing holds it),
+        ``{volume_id: [(addr, why)]}`` of the volumes whose clients cannot
+        be decided on (the rules of :func:`select_fence_targets`, one volume
+        at a time), and ``{volume_id: [(addr, why)]}`` of holders left
+        alone.  A client one volume would fence while another volume's
+        staying attachment holds it (one client instance with two images)
+        fails the first volume: blocklisting it would cut the other.
+    """
+    resolve = memoized(resolve)
+    targets, failed, spared, kept_by = {}, {}, {}, {}
+    for volume_id, addrs in holders.items():
+        try:
+            chosen, left = select_fence_targets(
+                addrs, own_addrs, [connector],
+                keep_connectors.get(volume_id) or (), resolve)
+        except UnexplainedClients as err:
+            failed[volume_id] = list(err.clients)
+            continue
+        targets[volume_id] = chosen
+        spared[volume_id] = left
+        for addr, why in left:
+            if why != 'this driver':
+                kept_by.setdefault(addr, volume_id)
+    for volume_id in sorted(targets):
+        crossed = [(addr, KEPT_ELSEWHERE % kept_by[addr])
+                   for addr in targets[volume_id]
+                   if kept_by.get(addr, volume_id) != volume_id]
+        if crossed:
+            failed[volume_id] = crossed
+            del targets[volume_id]
+    return targets, failed, spared
+
+
+def blocklist_entries(targets, host_ips=(), ip_wide=False, keep_ips=(),
+                      own_addrs=()):
+    """``{addr: entry}``: the blocklist entry that fences each target.
+
+    The address itself (that client instance), or with *ip_wide* the
+    IP-wide entry (:func:`ip_entry`) of a target at one of the host's IPs
+    (*host_ips*), unless that IP is also one of an attachment that stays
+    (*keep_ips*) or our own client's: those keep per-address entries.
+    """
+    wide = set()
+    if ip_wide:
+        wide = (set(host_ips) - set(keep_ips) -
+                {addr_ip(a) for a in own_addrs or ()})
+    entries = {}
+    for addrs in targets.values():
+        for addr in addrs:
+            ip = addr_ip(addr)
+            entries[addr] = ip_entry(ip) if ip in wide else addr
+    return entries
+
+
+def native_threading():
+    """The threading module whose threads are the kernel's.
+
+    cinder-volume runs under eventlet, whose patched threads are green:
+    librados and librbd calls (which release the GIL) would then run one
+    after the other, each blocking the hub.
+    """
+    if eventlet.patcher.is_monkey_patched('thread'):
+        return eventlet.patcher.original('threading')
+    return threading
+
+
+def in_threads(func, items, workers):
+    """``[(result, error)]`` of ``func(item)`` for each item, in order.
+
+    Up to *workers* native threads (:func:`native_threading`).  *func*
+    must call nothing eventlet patches (no logging, no green locks): only
+    librados and librbd.
+    """
+    items = list(items)
+    results = [None] * len(items)
+
+    def one(i):
+        try:
+            results[i] = (func(items[i]), None)
+        except Exception as err:
+            results[i] = (None, err)
+
+    if len(items) <= 1 or workers <= 1:
+        for i in range(len(items)):
+            one(i)
+        return results
+    threading_ = native_threading()
+    lock = threading_.Lock()
+    indexes = iter(range(len(items)))
+
+    def work():
+        while True:
+            with lock:
+                i = next(indexes, None)
+            if i is None:
+                return
+            one(i)
+
+    threads = [threading_.Thread(target=work, daemon=True)
+               for _ in range(min(workers, len(items)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+#: What :meth:`Fencing.fence_host` returns: ``fenced`` is ``{volume_id:
+#: [client addresses fenced]}`` (empty: nothing of that host held it),
+#: ``failed`` is ``{volume_id: FenceFailed}``; ``entries`` is ``{addr:
+#: blocklist entry}`` of every client selected.
+HostFence = collections.namedtuple('HostFence', 'fenced failed entries')
+
+
 # -- the cluster side ---------------------------------------------------------
+
+
+def _read_image(ioctx, name):
+    """``([(kind, addr)], lockers)`` of image *name*, or None if it is gone.
+
+    Called in a native thread (:func:`in_threads`): librbd only.
+    """
+    try:
+        image = rbd.Image(ioctx, name, read_only=True)
+    except rbd.ImageNotFound:
+        return None
+    with image:
+        lockers = image.list_lockers()
+        return holders_from(image.watchers_list(), lockers), lockers
+
+
+def _release_image(ioctx, name, is_target):
+    """Break the locks targets hold on *name*; what targets still hold.
+
+    A fresh read-only handle (a handle caches its lockers; a read-only one
+    breaks a lock as well, the exclusive lock included).  Returns the
+    ``ADDR (kind)`` of the targets still watching it, and of their locks
+    that could not be broken: once their watches are gone and their locks
+    broken, none.  Called in a native thread (:func:`in_threads`): librbd
+    only.
+    """
+    try:
+        image = rbd.Image(ioctx, name, read_only=True)
+    except rbd.ImageNotFound:
+        return []
+    with image:
+        lockers = image.list_lockers()
+        held = set()
+        for kind, addr in holders_from(image.watchers_list(), lockers):
+            addr = normalize_addr(addr)
+            if kind == 'watcher' and is_target(addr):
+                held.add('%s (%s)' % (addr, kind))
+        for client_name, cookie, addr in (
+                lockers.get('lockers') or () if isinstance(lockers, dict)
+                else ()):
+            if is_target(normalize_addr(addr)):
+                try:
+                    image.break_lock(client_name, cookie)
+                except rbd.ImageNotFound:
+                    pass        # released meanwhile
+        return sorted(held)
 
 
 class Fencing(object):
@@ -222,11 +474,34 @@ class Fencing(object):
         watches and locks before the fence is declared failed.
     """
 
+    #: Native threads that read, break and verify images in parallel in a
+    #: host fence, and monitor commands in flight together: the monitor
+    #: commits what it has received in one OSD map epoch, then waits
+    #: ``paxos_propose_interval`` (1 s by default) before the next one, so
+    #: every entry must be in flight at once.
+    IMAGE_WORKERS = 16
+    MON_WORKERS = 128
+
     def __init__(self, access, pool, expire_seconds, verify_timeout):
         self.access = access
         self.pool = pool
         self.expire_seconds = expire_seconds
         self.verify_timeout = verify_timeout
+
+    @contextlib.contextmanager
+    def _connect(self):
+        """``(client, ioctx)`` of a connection whose lock breaks are plain.
+
+        librbd blocklists a lock's owner before it breaks the lock
+        (``rbd_blocklist_on_break_lock``): one more monitor command and
+        OSD map epoch per lock (~0.1 s on the test cluster, about
+        ``paxos_propose_interval``, 1 s by default, in production).  We
+        break only locks of clients we blocklisted first, with our own
+        lifetime: that second blocklist adds nothing.
+        """
+        with cluster.connect(self.access, self.pool) as (client, ioctx):
+            client.conf_set('rbd_blocklist_on_break_lock', 'false')
+            yield client, ioctx
 
     def fence(self, volume, connectors, keep_attachments):
         """Blocklist the clients of *connectors* that hold *volume*'s image.
@@ -240,7 +515,7 @@ class Fencing(object):
                 for a in keep_attachments or []]
         if not connectors and not keep:
             return []
-        with cluster.connect(self.access, self.pool) as (client, ioctx):
+        with self._connect() as (client, ioctx):
             try:
                 image = rbd.Image(ioctx, volume.name)
             except rbd.ImageNotFound:
@@ -345,25 +620,246 @@ class Fencing(object):
             self._break_locks(ioctx, image, targets)
             time.sleep(0.05)
 
+    # -- a host fence ------------------------------------------------------
+
+    def fence_host(self, volumes, connector, keep_by_volume, ip_wide=False):
+        """Fence the clients one host has on many volumes, all at once.
+
+        The rules of :meth:`fence`, volume by volume, with the cluster work
+        shared: one connection; every image's holders read in parallel
+        (read-only handles: watchers and lockers, the exclusive lock's
+        owner among them); the targets chosen per volume
+        (:func:`select_host_targets`); one record write; each distinct
+        blocklist entry added once, every one in flight together; then the
+        locks of every image broken and one bounded wait until no target
+        holds any image.
+
+        :param volumes: the volumes *connector*'s host leaves.
+        :param connector: that host's connector.
+        :param keep_by_volume: ``{volume_id: [attachments that stay]}``
+            (other hosts'; missing: none).
+        :param ip_wide: cut each of the host's IPs as a whole (one
+            ``IP:0/0`` entry: its clients on every image and pool, and any
+            client it starts until the entry expires or is lifted) rather
+            than each client instance; not for an IP an attachment that
+            stays uses, nor our own.
+        :returns: :data:`HostFence`.  A volume whose clients cannot be
+            explained, whose blocklist entry the monitors refused or whose
+            image is still held at the end is in ``failed`` (a
+            :class:`FenceFailed`), the others go on.
+        :raises CephUnavailable: the cluster cannot be reached (nothing
+            was done).
+        """
+        volumes = list({v.id: v for v in volumes}.values())
+        by_id = {v.id: v for v in volumes}
+        keep = {v.id: [getattr(a, 'connector', None)
+                       for a in keep_by_volume.get(v.id) or ()]
+                for v in volumes}
+        resolve = memoized()
+        fenced, failed, entries = {}, {}, {}
+        times = [time.monotonic()]
+        with self._connect() as (client, ioctx):
+            own = client.get_addrs()
+            holders = self._read_holders(ioctx, volumes, fenced, failed)
+            times.append(time.monotonic())
+            targets, unexplained, spared = select_host_targets(
+                {vid: [addr for _kind, addr in held]
+                 for vid, held in holders.items()},
+                [own], connector, keep, resolve)
+            for vid, clients in sorted(unexplained.items()):
+                failed[vid] = FenceFailed(volume_id=vid, reason=_unexplained(
+                    UnexplainedClients(clients), holders[vid]))
+            self._log_spared(spared)
+            for vid in [vid for vid, addrs in targets.items() if not addrs]:
+                fenced[vid] = targets.pop(vid)
+            if not targets:
+                return HostFence(fenced, failed, entries)
+            keep_ips = set()
+            for connectors in keep.values():
+                for c in connectors:
+                    keep_ips |= connector_ips(c, resolve)
+            entries = blocklist_entries(
+                targets, connector_ips(connector, resolve), ip_wide,
+                keep_ips, [own])
+            now = timeutils.utcnow()
+            self._write_records(ioctx, [
+                item for vid in sorted(targets)
+                for item in self._record_items(
+                    by_id[vid], targets[vid], [connector], now, entries,
+                    resolve)])
+            refused = self._blocklist_all(client, set(entries.values()))
+            # Our next OSD ops carry the new map's epoch: an OSD serves
+            # them only once it has that map, i.e. has cut the targets.
+            client.wait_for_latest_osdmap()
+            times.append(time.monotonic())
+            for vid in sorted(targets):
+                bad = sorted({entries[a] for a in targets[vid]} & set(
+                    refused))
+                if bad:
+                    failed[vid] = FenceFailed(volume_id=vid, reason='; '.join(
+                        refused[e] for e in bad))
+                    del targets[vid]
+            wide_ips = {addr_ip(e) for e in entries.values()
+                        if e.endswith(':0/0')}
+            left, rounds = self._wait_all_released(ioctx, {
+                vid: (by_id[vid].name, set(targets[vid]))
+                for vid in targets}, wide_ips)
+            for vid in sorted(targets):
+                if vid in left:
+                    failed[vid] = FenceFailed(volume_id=vid, reason=_(
+                        'still held after blocklisting by %s') %
+                        ', '.join(left[vid]))
+                else:
+                    fenced[vid] = targets[vid]
+        times.append(time.monotonic())
+        distinct = sorted({entries[a] for addrs in fenced.values()
+                           for a in addrs})
+        LOG.warning('Host %(host)s fenced on %(n)d volume(s): %(m)d client(s)'
+                    ', %(e)d blocklist entr(ies) %(entries)s (for %(exp)d s, '
+                    'locks broken); %(f)d volume(s) failed; %(steps)s.', {
+                        'host': (connector or {}).get('host'),
+                        'n': len(fenced), 'm': sum(map(len, fenced.values())),
+                        'e': len(distinct), 'entries': ', '.join(distinct),
+                        'exp': self.expire_seconds, 'f': len(failed),
+                        'steps': ', '.join(
+                            '%s %.2f s' % (what, b - a) for what, a, b in zip(
+                                ('holders read', 'selected, recorded and '
+                                 'blocklisted', 'locks broken, released '
+                                 '(%d rounds)' % rounds),
+                                times, times[1:]))})
+        return HostFence(fenced, failed, entries)
+
+    def _read_holders(self, ioctx, volumes, fenced, failed):
+        """``{volume_id: [(kind, addr)]}`` of every image, read in parallel.
+
+        A volume without an image goes into *fenced* (nothing to fence),
+        one whose image cannot be read into *failed*.
+        """
+        holders = {}
+        reads = in_threads(lambda name: _read_image(ioctx, name),
+                           [v.name for v in volumes], self.IMAGE_WORKERS)
+        for volume, (held, err) in zip(volumes, reads):
+            if err is not None:
+                failed[volume.id] = FenceFailed(volume_id=volume.id, reason=_(
+                    'cannot read who holds its image: %s') % err)
+            elif held is None:
+                LOG.info('Volume %s has no RBD image: nothing to fence.',
+                         volume.id)
+                fenced[volume.id] = []
+            else:
+                holders[volume.id] = held[0]
+        return holders
+
+    @staticmethod
+    def _log_spared(spared):
+        for vid, left in sorted(spared.items()):
+            for addr, why in left:
+                if why != 'this driver':
+                    LOG.info('Volume %(vol)s: client %(addr)s is not fenced '
+                             '(%(why)s).', {'vol': vid, 'addr': addr,
+                                            'why': why})
+
+    def _blocklist_all(self, client, entries):
+        """Add every blocklist entry, all in flight; ``{entry: error}``.
+
+        The monitor batches the commands it receives together into one OSD
+        map epoch: N entries cost about what one does.
+        """
+        entries = sorted(entries)
+        expire = float(self.expire_seconds)
+
+        def add(entry):
+            return client.mon_command(json.dumps({
+                'prefix': 'osd blocklist', 'blocklistop': 'add',
+                'addr': entry, 'expire': expire}), b'')
+
+        refused = {}
+        for entry, (res, err) in zip(entries, in_threads(
+                add, entries, self.MON_WORKERS)):
+            ret, _out, status = res if err is None else (-1, b'', err)
+            if ret:
+                refused[entry] = _('osd blocklist add %(addr)s failed '
+                                   '(%(ret)d): %(err)s') % {
+                    'addr': entry, 'ret': ret, 'err': status}
+            else:
+                LOG.info('%s', status)
+        return refused
+
+    def _wait_all_released(self, ioctx, pending, wide_ips=()):
+        """Break the targets' locks; wait until no image is held by one.
+
+        *pending*: ``{volume_id: (image name, target addrs)}``; a holder at
+        an IP of *wide_ips* (cut IP-wide) counts as a target too.  Every
+        round reads each image still held through a fresh read-only handle
+        and breaks the targets' locks there; one deadline
+        (``verify_timeout``) for all.  Returns ``{volume_id: [holders
+        left]}`` of the images still held then, and the number of rounds.
+        """
+        deadline = time.monotonic() + self.verify_timeout
+        wide_ips = set(wide_ips)
+
+        def check(item):
+            name, targets = item
+            return _release_image(ioctx, name, lambda addr: (
+                addr in targets or addr_ip(addr) in wide_ips))
+
+        rounds = 0
+        while True:
+            ids = sorted(pending)
+            checked = in_threads(check, [pending[vid] for vid in ids],
+                                 self.IMAGE_WORKERS)
+            rounds += 1
+            left = {}
+            for vid, (held, err) in zip(ids, checked):
+                if err is not None:
+                    left[vid] = [_('cannot read its image: %s') % err]
+                elif held:
+                    left[vid] = held
+            pending = {vid: pending[vid] for vid in left}
+            if not pending or time.monotonic() >= deadline:
+                return left, rounds
+            time.sleep(0.05)
+
     # -- records -----------------------------------------------------------
 
     def _record(self, ioctx, volume, targets, connectors):
-        now = timeutils.utcnow()
-        keys, values = [], []
-        host_ips = [(c['host'], connector_ips(c)) for c in connectors
-                    if c and c.get('host')]
+        self._write_records(ioctx, self._record_items(
+            volume, targets, connectors, timeutils.utcnow()))
+
+    def _record_items(self, volume, targets, connectors, now, entries=None,
+                      resolve=None):
+        """``[(key, value)]`` of the fence records of *volume*'s *targets*.
+
+        *entries*: ``{addr: blocklist entry}`` where the entry is not the
+        address itself (an IP-wide entry): recorded as ``entry``.
+        """
+        items = []
+        host_ips = [(c['host'], connector_ips(c, resolve))
+                    for c in connectors if c and c.get('host')]
         for addr in targets:
             ip = addr_ip(addr)
             hosts = sorted({host for host, ips in host_ips if ip in ips})
-            keys.append('%s/%s' % (volume.id, addr))
-            values.append(json.dumps({
+            record = {
                 'volume_id': volume.id, 'image': volume.name,
                 'pool': self.pool, 'addr': addr, 'ip': ip,
                 'hosts': hosts or ['*'],
                 'fenced_at': now.isoformat(),
                 'expires_at': (now + datetime.timedelta(
                     seconds=self.expire_seconds)).isoformat(),
-            }).encode())
+            }
+            entry = (entries or {}).get(addr, addr)
+            if entry != addr:
+                record['entry'] = entry
+            items.append(('%s/%s' % (volume.id, addr),
+                          json.dumps(record).encode()))
+        return items
+
+    @staticmethod
+    def _write_records(ioctx, items):
+        """One omap write of every ``(key, value)`` in *items*."""
+        if not items:
+            return
+        keys, values = zip(*items)
         with rados.WriteOpCtx() as op:
             ioctx.set_omap(op, tuple(keys), tuple(values))
             ioctx.operate_write_op(op, FENCES_OBJECT)
@@ -405,7 +901,8 @@ class Fencing(object):
         live, seen = [], set()
         for kind, raw in holders:
             addr = normalize_addr(raw)
-            if addr and addr not in ignored | seen:
+            if addr and addr not in ignored | seen and _ip_entry_of(
+                    addr) not in ignored:
                 seen.add(addr)
                 live.append((kind, addr))
         return live
@@ -437,24 +934,29 @@ class Fencing(object):
             records = self._read_records(ioctx, prefix)
             blocklist = {e['addr']: e.get('until') for e in cluster.mon_json(
                 client, {'prefix': 'osd blocklist ls'})}
-        return [dict(rec, active=rec['addr'] in blocklist,
-                     until=blocklist.get(rec['addr']))
+        return [dict(rec, active=_entry(rec) in blocklist,
+                     until=blocklist.get(_entry(rec)))
                 for _key, rec in sorted(records.items())]
 
     def lift(self, volume_id=None, addr=None):
         """Lift the fences of a volume, or of one client address.
 
         Removes the blocklist entries and their records; returns the lifted
-        addresses.  A client instance that saw its blocklist stays
+        entries.  A client instance that saw its blocklist stays
         unusable: lifting only lets a *new* client from that address in
-        before the entry expires, and keeps the OSD map small.
+        before the entry expires, and keeps the OSD map small.  A client a
+        host fence cut IP-wide is lifted with its IP's entry (``IP:0/0``),
+        which frees every client of that IP: every record naming that
+        entry goes.
         """
         with cluster.connect(self.access, self.pool) as (client, ioctx):
             records = self._read_records(ioctx)
             if addr is not None:
-                addrs = {normalize_addr(addr)}
+                addr = normalize_addr(addr)
+                addrs = {addr} | {_entry(r) for r in records.values()
+                                  if r['addr'] == addr}
             else:
-                addrs = {r['addr'] for r in records.values()
+                addrs = {_entry(r) for r in records.values()
                          if r['volume_id'] == volume_id}
             for one in sorted(addrs):
                 cmd = {'prefix': 'osd blocklist', 'blocklistop': 'rm',
@@ -467,7 +969,8 @@ class Fencing(object):
                         '\'allow command "osd blocklist"\' to lift fences') %
                         {'addr': one, 'ret': ret, 'err': err})
                 LOG.info('Lifted fence of client %s.', one)
-            keys = tuple(k for k, r in records.items() if r['addr'] in addrs)
+            keys = tuple(k for k, r in records.items()
+                         if _entry(r) in addrs)
             if keys:
                 with rados.WriteOpCtx() as op:
                     ioctx.remove_omap_keys(op, keys)

@@ -47,6 +47,7 @@ from cinder_forcedetach.audit import evidence
 from cinder_forcedetach.ceph import cluster
 from cinder_forcedetach.ceph import fencing
 from cinder_forcedetach.ceph import images
+from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import image as fd_image
 from cinder_forcedetach import mixin
 
@@ -163,6 +164,42 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
         See :meth:`cinder_forcedetach.ceph.fencing.Fencing.fence`.
         """
         return self._fencing().fence(volume, connectors, keep_attachments)
+
+    def fence_host(self, context, host_connector, volumes, ip_wide=False):
+        """Force-detach one host from many volumes at once (a host fence).
+
+        Every volume goes through the force-detach flow, as
+        :meth:`force_detach` with *host_connector* would take it (its lock;
+        its database reset only once its host's clients are cut; a second
+        run finds nothing and succeeds), but the Ceph work of all of them
+        is one batch (:meth:`~cinder_forcedetach.ceph.fencing.Fencing.
+        fence_host`): one connection, each distinct client blocklisted
+        once, one wait for every image (see
+        :func:`cinder_forcedetach.flows.force_detach.run_host`).
+
+        :param ip_wide: blocklist the host's IP(s) as a whole (every
+            client of that IP, on any pool, until the entries expire or
+            are lifted) instead of each of its client instances.
+        :returns: a :data:`~cinder_forcedetach.flows.force_detach.
+            HostTeardown`: ``done`` ``{volume id: [client addresses
+            fenced]}``, ``failed`` ``{volume id: exception}`` (those
+            volumes are unchanged in Cinder's database).
+        """
+        self.validate_connector(host_connector)
+        fences = self._fencing()
+
+        def fence_many(requests):
+            # The flow revokes host_connector on every volume; anything
+            # else is left to fence_clients, volume by volume.
+            ours = [(volume, remaining) for volume, revoke, remaining
+                    in requests if list(revoke) == [host_connector]]
+            result = fences.fence_host(
+                [volume for volume, _kept in ours], host_connector,
+                {volume.id: kept for volume, kept in ours}, ip_wide=ip_wide)
+            return {**result.fenced, **result.failed}
+
+        return force_detach_flow.run_host(context, self, volumes,
+                                          host_connector, fence_many)
 
     def list_fences(self, volume=None):
         """Recorded fences (of *volume*, or all), with ``active`` flags."""
