@@ -209,7 +209,7 @@ class ForceDetachMixin(object):
         """
         with force_detach_flow.volume_lock(volume.id):
             fresh = self._check_grant(volume, connector)
-            if connector:
+            if connector and fresh is not None:
                 grant_fence.fence_before_grant(
                     self, cinder_context.get_admin_context(), fresh,
                     connector, fresh.volume_attachment)
@@ -236,9 +236,18 @@ class ForceDetachMixin(object):
             return self.ensure_export_unlocked(context, volume)
 
     def _check_grant(self, volume, connector):
-        """Refuse a host a force-detach ended; the volume as read now."""
-        fresh = objects.Volume.get_by_id(cinder_context.get_admin_context(),
-                                         volume.id)
+        """Refuse a host a force-detach ended; the volume as read now.
+
+        None when no connector is given (a driver reading its own
+        connection data) or Cinder has no such volume: no grant to check.
+        """
+        if not connector:
+            return None
+        try:
+            fresh = objects.Volume.get_by_id(
+                cinder_context.get_admin_context(), volume.id)
+        except exception.VolumeNotFound:
+            return None
         host = (connector or {}).get('host')
         if not host or host in self.local_host_names():
             return fresh    # no remote host named: not a grant to one
