@@ -162,16 +162,25 @@ class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
         """The connector *host* sends (as os-brick builds it for Nova)."""
         return connector_for(host)
 
-    def attach(self, volume_id, host, complete=True):
+    def attach(self, volume_id, host, complete=True, instance=None):
         """Attachment API (3.27+) as Nova drives it; returns (att, info)."""
-        att = self.api.api_post('/attachments', {'attachment': {
-            'volume_uuid': volume_id,
-            'connector': self.host_connector(host)}})['attachment']
+        body = {'volume_uuid': volume_id,
+                'connector': self.host_connector(host)}
+        if instance:
+            body['instance_uuid'] = instance
+        att = self.api.api_post('/attachments',
+                                {'attachment': body})['attachment']
         if complete:
             self.api.api_post('/attachments/%s/action' % att['id'],
                               {'os-complete': {}},
                               check_response_status=[204])
         return att, att['connection_info']
+
+    def reset_status(self, volume_id, **body):
+        """``os-reset_status`` as an operator (or Horizon) sends it."""
+        self.api.api_post('/volumes/%s/action' % volume_id,
+                          {'os-reset_status': body},
+                          check_response_status=[202])
 
     def force_detach_api(self, volume_id, connector=None, attachment_id=None,
                          status=202, service=False):

@@ -116,21 +116,9 @@ class AuditTestCase(base.CinderTgtTestCase):
 
     def attach_instance(self, volume_id, host, instance=None):
         """Attach for *instance* as Nova does; a live initiator holds it."""
-        body = {'volume_uuid': volume_id,
-                'connector': self.host_connector(host)}
-        if instance:
-            body['instance_uuid'] = instance
-        att = self.api.api_post('/attachments',
-                                {'attachment': body})['attachment']
-        self.api.api_post('/attachments/%s/action' % att['id'],
-                          {'os-complete': {}}, check_response_status=[204])
-        session = self.login(att['connection_info'], host)
+        att, info = self.attach(volume_id, host, instance=instance)
+        session = self.login(info, host)
         return att, session
-
-    def reset_status(self, volume_id, **body):
-        self.api.api_post('/volumes/%s/action' % volume_id,
-                          {'os-reset_status': body},
-                          check_response_status=[202])
 
     def assert_torn_down(self, volume_id, session):
         self.assertIsNone(self.target_state(volume_id))

@@ -88,26 +88,13 @@ class FCSecondWriterTestCase(test_fc.CinderFCTestCase):
         return (self.fabric.hosts.get(name) or
                 self.fabric.add_host(name, n_hbas=2))
 
-    def reset_status(self, volume_id, **body):
-        self.api.api_post('/volumes/%s/action' % volume_id,
-                          {'os-reset_status': body},
-                          check_response_status=[202])
-
     def attached_as(self, host_name, volume_id, instance=None):
         """Attach as Nova does (instance *instance*); connect and write.
 
         Returns ``(attachment, connection_info, host, device)``.
         """
         host = self.host(host_name)
-        body = {'volume_uuid': volume_id,
-                'connector': self.host_connector(host)}
-        if instance:
-            body['instance_uuid'] = instance
-        att = self.api.api_post('/attachments',
-                                {'attachment': body})['attachment']
-        self.api.api_post('/attachments/%s/action' % att['id'],
-                          {'os-complete': {}}, check_response_status=[204])
-        info = att['connection_info']
+        att, info = self.attach(volume_id, host, instance=instance)
         self.assertEqual('fibre_channel', info['driver_volume_type'])
         device = host.connect(info)
         self.assertEqual({'ok': True},

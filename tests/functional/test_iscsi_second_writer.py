@@ -38,11 +38,6 @@ BLOCK = 4096
 
 class TgtSecondWriterTestCase(base.CinderTgtTestCase):
 
-    def reset_status(self, volume_id, **body):
-        self.api.api_post('/volumes/%s/action' % volume_id,
-                          {'os-reset_status': body},
-                          check_response_status=[202])
-
     def backing_block(self, volume_id, offset):
         path = self.driver.local_path(self.db_volume(volume_id))
         with open(path, 'rb') as f:
@@ -51,15 +46,8 @@ class TgtSecondWriterTestCase(base.CinderTgtTestCase):
 
     def attach_writing(self, volume_id, host, instance=None):
         """Attach as Nova does; a live initiator that has just written."""
-        body = {'volume_uuid': volume_id,
-                'connector': self.host_connector(host)}
-        if instance:
-            body['instance_uuid'] = instance
-        att = self.api.api_post('/attachments',
-                                {'attachment': body})['attachment']
-        self.api.api_post('/attachments/%s/action' % att['id'],
-                          {'os-complete': {}}, check_response_status=[204])
-        return att, self.login(att['connection_info'], host)
+        att, info = self.attach(volume_id, host, instance=instance)
+        return att, self.login(info, host)
 
     def assert_cut(self, volume_id, session, host, info, offset):
         """*host* no longer reaches the volume: positive signs, and data.

@@ -66,12 +66,6 @@ class RBDSecondWriterTestCase(test_rbd.RBDTestCase):
 
     # -- helpers ------------------------------------------------------------
 
-    def reset_status(self, volume_id, **body):
-        """``os-reset_status`` as the operator sends it."""
-        self.api.api_post('/volumes/%s/action' % volume_id,
-                          {'os-reset_status': body},
-                          check_response_status=[202])
-
     def grant(self, volume_id, host, instance=None):
         """Attach as Nova does: POST /attachments with the connector.
 

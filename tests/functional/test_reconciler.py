@@ -53,11 +53,6 @@ class ReconcilerTestCase(base.CinderTgtTestCase):
                              'Cinder started no reconciler')
         self.addCleanup(self.driver.reconciler.stop)
 
-    def reset_status(self, volume_id, **body):
-        self.api.api_post('/volumes/%s/action' % volume_id,
-                          {'os-reset_status': body},
-                          check_response_status=[202])
-
     def backing_block(self, volume_id, offset):
         with open(self.driver.local_path(self.db_volume(volume_id)),
                   'rb') as f:
