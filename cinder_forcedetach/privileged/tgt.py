@@ -102,7 +102,24 @@ class Commands(object):
 
     @staticmethod
     def show_targets(port):
+        """Every target with its LUNs, sessions, accounts and ACL."""
         return _command(port, 'show', 'target')
+
+    @staticmethod
+    def show_target_names(port):
+        """Only each target's tid and name (tgtd's per-LLD list)."""
+        return _command(port, 'show', 'lld')
+
+    @staticmethod
+    def show_connections(port, tid):
+        """The sessions and connections of one target."""
+        return _command(port, 'show', 'conn', '--tid', _tid(tid))
+
+    @staticmethod
+    def offline_target(port, tid):
+        """Take a target offline: tgtd refuses logins and commands on it."""
+        return _command(port, 'update', 'target', '--tid', _tid(tid),
+                        '--name', 'state', '--value', 'offline')
 
     @staticmethod
     def new_target(port, tid, name):
@@ -169,6 +186,21 @@ def _run(argv):
 @cinder.privsep.sys_admin_pctxt.entrypoint
 def show_targets(port):
     return _run(Commands.show_targets(port))
+
+
+@cinder.privsep.sys_admin_pctxt.entrypoint
+def show_target_names(port):
+    return _run(Commands.show_target_names(port))
+
+
+@cinder.privsep.sys_admin_pctxt.entrypoint
+def show_connections(port, tid):
+    return _run(Commands.show_connections(port, tid))
+
+
+@cinder.privsep.sys_admin_pctxt.entrypoint
+def offline_target(port, tid):
+    return _run(Commands.offline_target(port, tid))
 
 
 @cinder.privsep.sys_admin_pctxt.entrypoint

@@ -19,8 +19,10 @@ name, its LUN 1 on the volume's path, a CHAP account created anew whenever
 the export is created, and one ACL entry per initiator.  Revoking a host
 unbinds its ACL and closes its sessions (an ``initiator-address ALL`` rule
 left by upstream's helper is first narrowed to the initiators Cinder
-keeps); removing the export removes target, LUN, sessions and CHAP
-account.  Every step is idempotent.  Used by
+keeps); revoking every host takes the target offline first (tgtd then
+refuses every login and command on it) and reads no other target;
+removing the export removes target, LUN, sessions and CHAP account.
+Every step is idempotent.  Used by
 :class:`cinder_forcedetach.drivers.iscsi.TgtISCSIDriver` and, as a Cinder
 target driver (:class:`TgtTarget`), by
 :class:`cinder_forcedetach.drivers.lvm.LVMVolumeDriver`.
@@ -114,7 +116,7 @@ class VolumeExports(object):
         as it is, with the volume's current provider_auth.
         """
         name = self.target_name(volume)
-        if self.target.find(name) is not None:
+        if self.target.tid_of(name) is not None:
             return self.location(volume), volume['provider_auth']
         username = password = None
         if self.configuration.forcedetach_chap_auth:
@@ -138,8 +140,12 @@ class VolumeExports(object):
             state = self.target.find(name)
             if state is None:
                 return
+            if not tgt.is_ready(state):
+                LOG.info('Export of volume %s was revoked for every host '
+                         '(offline): removed, not made again.', volume['id'])
+                self.target.unexport(name, state)
+                return
             username, password = chap(volume)
-            # unexport() revokes from state.acls in place: keep a copy.
             acls = list(state.acls)
             self.target.unexport(name, state)
             self.target.export(name, path, username, password)
@@ -154,7 +160,7 @@ class VolumeExports(object):
         revoking (``None`` in it: every host); they are not granted again.
         """
         name = self.target_name(volume)
-        if self.target.find(name) is not None:
+        if self.target.tid_of(name) is not None:
             return
         in_teardown = in_teardown or []
         initiators = []
@@ -190,24 +196,30 @@ class VolumeExports(object):
 
         Kept while the host of another live attachment still has access:
         Cinder's os-force_detach and os-detach call this unconditionally
-        after revoking one host of a multiattach volume.
+        after revoking one host of a multiattach volume.  Only then is the
+        target's ACL read (tgtd shows it only in the listing of every
+        target): when a live attachment's host is not one the volume's
+        recorded teardown revokes (see :func:`_leaving`).  Otherwise the
+        target is deleted by its tid, with the volume's CHAP account
+        (deleted even when the target is already gone: an interrupted
+        run).
         """
         name = self.target_name(volume)
-        state = self.target.find(name)
-        if state is not None and state.acls:
-            users = {a.connector.get('initiator')
-                     for a in volume.volume_attachment
-                     if fd_attachments.is_live(a) and a.connector}
-            kept = sorted(users.intersection(state.acls))
-            if kept:
-                LOG.info('Export of volume %s kept: still used by %s.',
-                         volume.id, ', '.join(kept))
-                return
-        self.target.unexport(name, state)
+        users = [a for a in volume.volume_attachment or ()
+                 if fd_attachments.is_live(a) and a.connector]
+        state = None
+        if users and not _leaving(volume, users):
+            state = self.target.find(name)
+            if state is not None and state.acls and tgt.is_ready(state):
+                initiators = {a.connector.get('initiator') for a in users}
+                kept = sorted(initiators.intersection(state.acls))
+                if kept:
+                    LOG.info('Export of volume %s kept: still used by %s.',
+                             volume.id, ', '.join(kept))
+                    return
         username, _password = chap(volume)
-        if username and (state is None or username not in state.accounts):
-            # Not bound to the target (an interrupted run): apart.
-            self.target.delete_account(username)
+        self.target.unexport(name, state,
+                             accounts=[username] if username else [])
 
     # -- connections ---------------------------------------------------------
 
@@ -242,7 +254,15 @@ class VolumeExports(object):
         which ``create_export`` has just stored (without *path*: refused).
         """
         name = self.target_name(volume)
-        if self.target.find(name) is None:
+        state = self.target.find(name)
+        if state is not None and not tgt.is_ready(state):
+            # Every host was revoked (offline: an ACL entry may be left
+            # that nobody could name) and the export not removed yet.
+            LOG.info('Export of volume %s was revoked for every host: '
+                     'made again before the grant.', volume['id'])
+            self.target.unexport(name, state)
+            state = None
+        if state is None:
             if path is None:
                 raise exception.VolumeBackendAPIException(
                     data=_('volume %s is not exported') % volume['id'])
@@ -250,8 +270,8 @@ class VolumeExports(object):
                      '(another attachment left): exporting it again.',
                      volume['id'])
             username, password = chap(volume)
-            self.target.export(name, path, username, password)
-        self.target.grant(name, connector['initiator'])
+            state = self.target.export(name, path, username, password)
+        self.target.grant(name, connector['initiator'], state=state)
         data = self.connection_data(volume)
         username, password = chap(volume)
         if username:
@@ -270,7 +290,10 @@ class VolumeExports(object):
         """
         name = self.target_name(volume)
         if connector is None:
-            return bool(self.target.revoke(name))
+            known = [(a.connector or {}).get('initiator')
+                     for a in volume.volume_attachment or ()]
+            return bool(self.target.revoke(name, known=[
+                i for i in known if connector_grammar.is_iscsi_name(i)]))
         keep = self.kept_initiators(volume, connector)
         return bool(self.target.revoke(name, [connector['initiator']],
                                        keep=keep))
@@ -306,8 +329,35 @@ class VolumeExports(object):
         return kept
 
 
+def _leaving(volume, users):
+    """Whether the volume's recorded teardown revokes every host of *users*.
+
+    The force-detach flow records the hosts it revokes before it revokes
+    them (:func:`fd_attachments.hosts_in_teardown`): Cinder's detach
+    removes the export while the attachment leaving is still live.  A
+    volume read without its admin metadata has no record: False.
+    """
+    try:
+        hosts = fd_attachments.hosts_in_teardown(volume)
+    except (AttributeError, KeyError, exception.CinderException,
+            exception.OrphanedObjectError):
+        return False
+    if not hosts:
+        return False
+    if None in hosts:
+        return True
+    return all(any(fd_attachments.same_host(a.connector, host)
+                   for host in hosts) for a in users)
+
+
 def _state_holders(state):
-    """The audit's holders of one target."""
+    """The audit's holders of one target.
+
+    An offline target (revoked for every host) lets nobody in, whatever
+    ACL entry or session it still has: it is an ``export`` holder only.
+    """
+    if not tgt.is_ready(state):
+        return [evidence.Holder('export', frozenset(), state.name, None)]
     holders = [_initiator_holder('acl', i) for i in state.acls]
     holders += [_initiator_holder('session', s.initiator)
                 for s in state.sessions if s.initiator]

@@ -16,10 +16,32 @@
 ``--force --delete`` leaves target and session alive.  ``tgtadm`` exits 22
 for every error, so "already gone" is recognised by its message, and exit
 107 (daemon unreachable) is always a failure.
+
+What tgtd 1.0.85 can show of one target, and what each operation reads:
+
+* ``--op show --mode target`` lists every target with its LUNs, sessions,
+  CHAP accounts and ACL: the only place ACL entries are shown.  Its size
+  grows with the targets on the daemon (~1.2 KB each), so only what needs
+  a target's ACL reads it (:meth:`TgtAdm.find`: a grant, the revocation of
+  one host, the audit, the fallback of ``remove_export``).
+* ``--op show --mode lld`` lists each target's tid and name only (~90
+  bytes each, names set by root): how the teardown finds the tid of a
+  target and checks its name (:meth:`TgtAdm.tid_of`).  Nothing per target
+  shows the name (``--op show --mode target --tid T`` prints only its
+  iSCSI parameters), so no tid is remembered: a tid freed by a delete is
+  reused by the next target made, possibly another volume's.
+* ``--op show --mode conn --tid T`` lists one target's sessions and
+  connections (the initiator name as the initiator sent it).
+* ``--op update --mode target --tid T --name state --value offline``:
+  tgtd then refuses every login to the target and every command on its
+  sessions, whatever its ACL says: what revoking every host does first,
+  as the ACL entries it cannot read must not let anyone back in.
 """
 
+import dataclasses
 import ipaddress
 import re
+import time
 
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
@@ -41,8 +63,14 @@ GONE_MESSAGES = (
     "can't find the account",
 )
 EXISTS_MARKER = 'already exists'
+# "this target is still active", "this logical unit is still active": a
+# LUN with commands in flight cannot be deleted yet.
+ACTIVE_MARKER = 'is still active'
 DAEMON_DOWN_RC = 107
 BACKING_LUN = 1
+# Seconds between the attempts to delete a target whose LUN still has
+# commands in flight (the target is offline by then: no new ones come).
+DELETE_RETRY_DELAYS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 _TARGET_RE = re.compile(r'^Target (\d+): (\S+)$')
 # Initiator names are not addresses (saves a failed ip_network parse).
@@ -87,13 +115,26 @@ _LINE_RE = re.compile(
     re.MULTILINE)
 
 
+@dataclasses.dataclass
+class TgtTargetState(base.TargetState):
+    """A tgt target; *ready*: False when it is offline (nobody gets in)."""
+
+    ready: bool = True
+
+
+def is_ready(state):
+    """Whether tgtd lets initiators in (and their commands through)."""
+    return getattr(state, 'ready', True)
+
+
 class _Reader(object):
     """The target being read, line by line."""
 
     def __init__(self, tid, name):
-        self.state = base.TargetState(tid=tid, name=name)
+        self.state = TgtTargetState(tid=tid, name=name)
         self.sections = []
         self.section = self.session = None
+        self.state_read = False
 
     def header(self, section):
         self.section = section
@@ -102,7 +143,11 @@ class _Reader(object):
 
     def entry(self, text):
         state, section = self.state, self.section
-        if section == 'I_T nexus':
+        if section == 'System':
+            if text.startswith('State:') and not self.state_read:
+                self.state_read = True
+                state.ready = text.split(':', 1)[1].strip() == 'ready'
+        elif section == 'I_T nexus':
             if text.startswith('I_T nexus:'):
                 self.session = base.Session(
                     sid=int(text.split(':', 1)[1]), initiator='',
@@ -179,6 +224,147 @@ def parse_targets(output, only=None):
     return targets
 
 
+def _ambiguous(what, reason):
+    return exception.TargetCommandFailed(
+        command='show', reason='%s: %s: the listing is ambiguous' % (
+            what, reason))
+
+
+def _lines(output):
+    """*output* cut as ``str.splitlines`` cuts it, without a last ''."""
+    if any(brk in output for brk in _OTHER_BREAKS):
+        output = '\n'.join(output.splitlines())
+    lines = output.split('\n')
+    if lines[-1] == '':
+        lines.pop()
+    return lines
+
+
+_LLD_LINE_RE = re.compile(
+    r'    (?P<lld>\S+): \S+|        Target (?P<tid>\d+): (?P<name>\S+)')
+# The whole listing in tgtd's form (matched in one pass: no two of its
+# line forms can match the same text, so a refusal costs no more).
+_LLD_LISTING_RE = re.compile(
+    r'LLDs:\n(?:    \S+: \S+\n(?:        Target \d+: \S+\n)*)*')
+_LLD_TARGET_RE = re.compile(r'^        Target (\d+): (\S+)$', re.MULTILINE)
+
+
+def parse_target_names(output):
+    """``tgtadm --op show --mode lld`` as ``{target name: tid}``.
+
+    tgtd prints ``LLDs:``, then each LLD (4 spaces) and its targets (8
+    spaces, ``Target <tid>: <name>``).  Names are set by root, not by
+    initiators, yet the listing is read as strictly as the others: a line
+    of any other form, or a name or tid listed twice, is refused.  Tids
+    are global: every LLD's targets count.  Read on every teardown, so
+    checked and read in single passes (~90 bytes a target).
+    """
+    if any(brk in output for brk in _OTHER_BREAKS):
+        output = '\n'.join(output.splitlines()) + '\n'
+    if not _LLD_LISTING_RE.fullmatch(output):
+        _refuse_target_names(output)
+    pairs = _LLD_TARGET_RE.findall(output)
+    names = {name: int(tid) for tid, name in pairs}
+    if len(names) != len(pairs) or len(set(names.values())) != len(pairs):
+        raise _ambiguous('target names', 'a target name or tid is listed '
+                         'twice')
+    return names
+
+
+def find_tid(output, name):
+    """The tid of target *name* in a ``--mode lld`` listing, or None.
+
+    What each teardown reads, so in a few scans in C, not line by line
+    in Python: the name must end exactly one line, that line must be a
+    target line in tgtd's form (8 spaces, ``Target <tid>: <name>``), and
+    its tid must start exactly one target line; else the listing is
+    refused, as :func:`parse_target_names` refuses it.
+    """
+    if any(brk in output for brk in _OTHER_BREAKS):
+        output = '\n'.join(output.splitlines()) + '\n'
+    if not output.startswith('LLDs:\n    ') or not output.endswith('\n'):
+        _refuse_target_names(output)
+    needle = ': %s\n' % name
+    count = output.count(needle)
+    if not count:
+        return None
+    end = output.find(needle)
+    start = output.rfind('\n', 0, end) + 1
+    match = _LLD_LINE_RE.fullmatch(output[start:end + len(needle) - 1])
+    if (count > 1 or match is None or match.group('name') != name or
+            output.count('\n        Target %s: ' % match.group('tid')) != 1):
+        raise _ambiguous('target names', 'target %r is listed twice, or '
+                         'not as a target, or its tid is' % name)
+    return int(match.group('tid'))
+
+
+def _refuse_target_names(output):
+    """Why *output* is not a listing of names in tgtd's form (raises)."""
+    lines = _lines(output)
+    if not lines or lines[0] != 'LLDs:':
+        raise _ambiguous('target names', 'it does not start with "LLDs:"')
+    lld = None
+    for line in lines[1:]:
+        match = _LLD_LINE_RE.fullmatch(line)
+        if match is None:
+            raise _ambiguous('target names', 'unexpected line %r' % line)
+        if match.group('lld') is not None:
+            lld = match.group('lld')
+        elif lld is None:
+            raise _ambiguous('target names', 'target %r is listed outside '
+                             'an LLD' % match.group('name'))
+    raise _ambiguous('target names', 'it does not end with a line break')
+
+
+# One connection, as tgtd 1.0.85 prints it: four lines, the third with the
+# initiator name as the initiator sent it, the fourth the peer address
+# (empty when tgtd could not read it).
+_CONNECTION_RES = (re.compile(r'Session: (\d+)'),
+                   re.compile(r'    Connection: (\d+)'),
+                   re.compile(r'        Initiator: (.*)'),
+                   re.compile(r'        (?:IP Address: \S+)?'))
+
+
+def parse_connections(output):
+    """``tgtadm --op show --mode conn --tid T`` as :class:`base.Session` s.
+
+    The initiator name is the initiator's to choose, and a newline in it
+    could forge lines; tgtd prints nothing else of the initiator's here.
+    So the listing must be whole blocks of tgtd's four lines, each at its
+    indentation, a session's connections must all name one initiator, and
+    a session and connection listed twice is refused rather than guessed
+    at.  Lines are cut as ``str.splitlines`` cuts them.  A forged block of
+    a session that does not exist names nothing a caller could act on: a
+    connection is always deleted with its target's tid, which tgtd checks.
+    """
+    lines = _lines(output)
+    if len(lines) % len(_CONNECTION_RES):
+        raise _ambiguous('connections', '%d lines are not whole blocks of '
+                         '%d' % (len(lines), len(_CONNECTION_RES)))
+    sessions, seen = {}, set()
+    for start in range(0, len(lines), len(_CONNECTION_RES)):
+        block = lines[start:start + len(_CONNECTION_RES)]
+        matches = [regex.fullmatch(line)
+                   for regex, line in zip(_CONNECTION_RES, block)]
+        if not all(matches):
+            raise _ambiguous('connections', 'unexpected block %r' % block)
+        sid, cid = int(matches[0].group(1)), int(matches[1].group(1))
+        initiator = matches[2].group(1)
+        session = sessions.get(sid)
+        if (sid, cid) in seen or (
+                session is not None and session.initiator != initiator):
+            raise _ambiguous('connections', 'session %d connection %d is '
+                             'listed twice or with two initiators' % (
+                                 sid, cid))
+        seen.add((sid, cid))
+        if session is None:
+            sessions[sid] = base.Session(sid=sid, initiator=initiator,
+                                         connections=[cid])
+        else:
+            session.connections.append(cid)
+    return list(sessions.values())
+
+
 class TgtAdm(base.ExportTarget):
     """Exports volumes through one ``tgtd`` instance.
 
@@ -219,20 +405,41 @@ class TgtAdm(base.ExportTarget):
         return parse_targets(self._tgtadm('show_targets'))
 
     def find(self, name):
+        """The target's whole state (reads the listing of every target)."""
         return parse_targets(self._tgtadm('show_targets'),
                              only=name).get(name)
+
+    def target_names(self):
+        """``{name: tid}`` of every target (a short listing)."""
+        return parse_target_names(self._tgtadm('show_target_names'))
+
+    def tid_of(self, name):
+        """The tid of target *name* as tgtd has it now, or None.
+
+        Read afresh each time, never remembered: once a target is
+        deleted its tid goes to the next target made, maybe by another
+        volume service for another volume.  The caller acts on the tid
+        under the volume's lock, which every removal of the volume's
+        target holds.
+        """
+        return find_tid(self._tgtadm('show_target_names'), name)
+
+    def connections(self, tid):
+        """The sessions of target *tid* (none when it is gone)."""
+        return parse_connections(self._tgtadm('show_connections', tid,
+                                              ignore_gone=True))
 
     # -- export ----------------------------------------------------------
 
     def export(self, name, path, username=None, password=None):
         with lockutils.lock('tgt-tid-%s' % self.control_port, external=True,
                             lock_file_prefix='cinder-forcedetach-'):
-            targets = self.list_targets()
-            state = targets.get(name)
+            names = self.target_names()
+            state = self.find(name) if name in names else None
             if state is None:
-                tid = max([t.tid for t in targets.values()] or [0]) + 1
+                tid = max(list(names.values()) + [0]) + 1
                 self._tgtadm('new_target', tid, name)
-                state = base.TargetState(tid=tid, name=name)
+                state = TgtTargetState(tid=tid, name=name)
         if BACKING_LUN not in state.luns:
             self._tgtadm('new_lun', state.tid, BACKING_LUN, path,
                          ignore_exists=True)
@@ -245,11 +452,16 @@ class TgtAdm(base.ExportTarget):
             state.accounts.append(username)
         return state
 
-    def grant(self, name, initiator):
-        state = self._require(name)
+    def grant(self, name, initiator, state=None):
+        """See :meth:`base.ExportTarget.grant`.
+
+        *state*: the target as the caller just read or made it.
+        """
+        state = state or self._require(name)
         if initiator not in state.acls:
             self._tgtadm('bind_initiator', state.tid, initiator,
                          ignore_exists=True)
+            state.acls.append(initiator)
 
     def _require(self, name):
         state = self.find(name)
@@ -269,14 +481,7 @@ class TgtAdm(base.ExportTarget):
         for initiator in initiators:
             if initiator not in state.acls:
                 continue
-            if connector_grammar.is_iscsi_name(initiator):
-                self._tgtadm('unbind_initiator', state.tid, initiator,
-                             ignore_gone=True)
-            else:
-                # Cannot come from us; only removing the target removes it.
-                LOG.warning('Target %(tgt)s has an ACL entry %(acl)r that '
-                            'is not an iSCSI name; it goes with the target.',
-                            {'tgt': state.name, 'acl': initiator})
+            self._unbind_name(state, initiator)
             state.acls.remove(initiator)
         if everyone:
             for address in list(state.address_acls):
@@ -290,22 +495,73 @@ class TgtAdm(base.ExportTarget):
                              cid, ignore_gone=True)
             state.sessions.remove(session)
 
-    def revoke(self, name, initiators=None, keep=()):
+    def _unbind_name(self, state, initiator):
+        if connector_grammar.is_iscsi_name(initiator):
+            self._tgtadm('unbind_initiator', state.tid, initiator,
+                         ignore_gone=True)
+        else:
+            # Cannot come from us; only removing the target removes it.
+            LOG.warning('Target %(tgt)s has an ACL entry or a session of '
+                        '%(acl)r, which is not an iSCSI name; it goes with '
+                        'the target.', {'tgt': state.name, 'acl': initiator})
+
+    def revoke(self, name, initiators=None, keep=(), known=()):
         """See :meth:`base.ExportTarget.revoke`.
 
         *keep*: initiators of the attachments that stay.  Only an export
         with address rules needs them (see :meth:`_narrow`).
+
+        Every host (*initiators* None) is revoked without reading the
+        listing of every target (see :meth:`_revoke_everyone`); *known*:
+        initiator names that may have an ACL entry (the volume's
+        attachments), unbound along with those of the sessions.
         """
+        if initiators is None:
+            return self._revoke_everyone(name, known)
         state = self.find(name)
         if state is None:
             return []
-        if initiators is None:
-            self._revoke_state(state, list(state.acls), everyone=True)
-        elif state.address_acls:
+        if state.address_acls:
             state = self._narrow(state, list(initiators), list(keep))
         else:
             self._revoke_state(state, list(initiators))
+        if not is_ready(state):
+            return []   # revoked for every host: nobody gets in
         return state.acls + state.address_acls
+
+    def _revoke_everyone(self, name, known=()):
+        """Revoke every host, reading only this target.
+
+        tgtd shows a target's ACL only in its listing of every target,
+        whose reading costs more the more targets the daemon has.  So the
+        target is first taken offline: from then on tgtd refuses every
+        login to it and every command of its sessions, whatever ACL entry
+        or address rule it has.  Then the ACL entries that can be named
+        (the *known* initiators and those of its sessions) are unbound,
+        and its sessions are closed.  It stays offline: an entry nobody
+        could name (a host a reset of the state forgot, an address rule
+        such as upstream's ``ALL``) stays but lets nobody in, and the
+        target is removed next (``remove_export``) or made again before a
+        new grant (:meth:`VolumeExports.connect`).  Returns [] (nobody
+        keeps access).
+        """
+        tid = self.tid_of(name)
+        if tid is None:
+            return []
+        self._tgtadm('offline_target', tid, ignore_gone=True)
+        state = TgtTargetState(tid=tid, name=name, ready=False,
+                               sessions=self.connections(tid))
+        names = []
+        for initiator in list(known) + [s.initiator for s in state.sessions]:
+            if initiator not in names:
+                names.append(initiator)
+        for initiator in names:
+            self._unbind_name(state, initiator)
+        for session in state.sessions:
+            for cid in session.connections:
+                self._tgtadm('delete_connection', tid, session.sid, cid,
+                             ignore_gone=True)
+        return []
 
     def _narrow(self, state, initiators, keep):
         """Replace address rules by the *keep* names, then revoke the rest.
@@ -333,20 +589,47 @@ class TgtAdm(base.ExportTarget):
         self._revoke_state(state, sorted(set(initiators) | unkept))
         return state
 
-    def unexport(self, name, state=None):
+    def unexport(self, name, state=None, accounts=()):
         """See :meth:`base.ExportTarget.unexport`.
 
-        *state*: the target as just listed, to save listing it again.
+        *state*: the target as just read (by :meth:`find`), to save
+        looking it up again; its CHAP accounts are deleted too.
+        *accounts*: CHAP accounts to delete besides (the volume's own:
+        they are deleted even when the target is already gone).  Without
+        *state* only those are: tgtd shows which accounts a target has
+        only in the listing of every target, and an account no target
+        has bound lets nobody in.
+
+        ``delete --force`` removes LUNs, sessions, ACL and account
+        bindings at once, in tgtd.  It refuses while a LUN has commands
+        in flight: the target is then taken offline (no new command, no
+        login) and the delete tried again.
         """
-        state = state or self.find(name)
-        if state is None:
+        tid = state.tid if state is not None else self.tid_of(name)
+        if tid is None:
             LOG.debug('Target %s already removed.', name)
-            return
-        self._revoke_state(state, list(state.acls), everyone=True)
-        # The target goes with its LUNs and any session that raced in.
-        self._tgtadm('delete_target', state.tid, ignore_gone=True)
-        for account in state.accounts:
+        else:
+            self._delete_target(tid)
+        for account in dict.fromkeys(
+                list(state.accounts if state is not None else ()) +
+                list(accounts)):
             self._tgtadm('delete_account', account, ignore_gone=True)
+
+    def _delete_target(self, tid):
+        offline = False
+        for delay in DELETE_RETRY_DELAYS + (None,):
+            try:
+                self._tgtadm('delete_target', tid, ignore_gone=True)
+                return
+            except exception.TargetCommandFailed as err:
+                if delay is None or ACTIVE_MARKER not in str(err):
+                    raise
+            if not offline:
+                self._tgtadm('offline_target', tid, ignore_gone=True)
+                offline = True
+            LOG.debug('Target %(tid)s still active; deleting it again in '
+                      '%(delay)s s.', {'tid': tid, 'delay': delay})
+            time.sleep(delay)
 
     def delete_account(self, username):
         """Remove a CHAP account that may be left from an interrupted run."""
