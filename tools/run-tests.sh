@@ -6,8 +6,11 @@
 # and real tempest (tempest.api.volume against the box with keystone,
 # glance and MariaDB: tools/run_tempest.py).
 # Prints one closing line
-#     tests: N passed, N failed, N skipped[; pep8: FAILED]
+#     tests: N passed, N failed, N skipped, N expected failures[; pep8: FAILED]
 #            [; tempest: ran N, passed P, skipped S, failed F]
+# (expected failures: upstream tests listed in tests/upstream/differences.txt
+# that failed with the very exception listed there; not counted as passed.
+# A listed test that fails otherwise, or passes, is a failure.)
 # and exits non-zero when pep8 failed, a test failed, a test run could not
 # run (e.g. an import error during discovery: counted as 1 failure), or a
 # test was skipped (set ALLOW_SKIPS=1 to accept skips).
@@ -89,9 +92,10 @@ sys.exit(subunit_trace.trace(sys.stdin.buffer, sys.stdout, post_fails=True))
 
 # Totals of one subunit stream file: prints "PASSED FAILED SKIPPED XFAIL"
 # and appends the ids of skipped tests to $2.  Final status per test id:
-# success/xfail pass (XFAIL counts the xfail among them: upstream tests
-# listed as intended differences); fail/uxsuccess/inprogress (no final
-# status: a crashed worker) fail; skip is skipped.
+# success passes; xfail (an upstream test listed as an intended difference
+# that failed as listed) is an expected failure, counted apart and not as
+# passed; fail/uxsuccess/inprogress (no final status: a crashed worker)
+# fail; skip is skipped.
 totals() {
     python - "$1" "$2" <<'EOF'
 import sys
@@ -119,9 +123,8 @@ with open(sys.argv[1], 'rb') as stream:
     subunit.ByteStreamToStreamResult(
         stream, non_subunit_name='stdout').run(result)
     result.stopTestRun()
-counts = {'pass': 0, 'fail': 0, 'skip': 0}
-xfail = 0
-kind = {'success': 'pass', 'xfail': 'pass', 'skip': 'skip',
+counts = {'pass': 0, 'fail': 0, 'skip': 0, 'xfail': 0}
+kind = {'success': 'pass', 'xfail': 'xfail', 'skip': 'skip',
         'fail': 'fail', 'uxsuccess': 'fail', 'inprogress': 'fail'}
 with open(sys.argv[2], 'a') as skipped:
     for test_id, status in sorted(result.status_of.items()):
@@ -129,8 +132,7 @@ with open(sys.argv[2], 'a') as skipped:
             counts[kind[status]] += 1
         if status == 'skip':
             skipped.write(test_id + '\n')
-        xfail += status == 'xfail'
-print(counts['pass'], counts['fail'], counts['skip'], xfail)
+print(counts['pass'], counts['fail'], counts['skip'], counts['xfail'])
 EOF
 }
 
@@ -151,8 +153,8 @@ run_stestr() {
     passed=$((passed + p)); skipped=$((skipped + s)); xfailed=$((xfailed + x))
     if [ "$f" -gt 0 ]; then
         failed=$((failed + f)); rc=1
-    elif [ "$stestr_rc" -ne 0 ] || [ $((p + s)) -eq 0 ]; then
-        echo "$name: stestr exited $stestr_rc after $((p + s)) test(s)" \
+    elif [ "$stestr_rc" -ne 0 ] || [ $((p + s + x)) -eq 0 ]; then
+        echo "$name: stestr exited $stestr_rc after $((p + s + x)) test(s)" \
              "(discovery/import error, no test matched, or a crash):" \
              "counted as 1 failure"
         failed=$((failed + 1)); rc=1
@@ -246,9 +248,11 @@ if [ "$skipped" -gt 0 ]; then
     fi
 fi
 if [ "$xfailed" -gt 0 ]; then
-    echo "expected failures: $xfailed upstream test(s), counted as passed," \
-         "each listed with its reason in tests/upstream/differences.txt"
+    echo "expected failures: $xfailed upstream test(s), not counted as" \
+         "passed, each failed with the exception listed with its reason" \
+         "in tests/upstream/differences.txt"
 fi
 echo "stages: $stages"
-echo "tests: $passed passed, $failed failed, $skipped skipped$pep8$notrun$benchmarks$tempest"
+echo "tests: $passed passed, $failed failed, $skipped skipped," \
+     "$xfailed expected failures$pep8$notrun$benchmarks$tempest"
 exit $rc

@@ -29,13 +29,18 @@ flavors, Neutron and validation off), and runs::
 
 Every excluded test is listed with its reason in
 ``tools/tempest-exclude.txt``, every test tempest skips in
-``tools/tempest-skips.txt``.  Prints tempest's summary and one line::
+``tools/tempest-skips.txt`` with the run (``tgt``, ``rbd`` or ``both``)
+that skips it.  Prints tempest's summary and one line::
 
     tempest: ran N, passed P, skipped S, failed F (SECONDS s)
 
-and exits 0 only with no failure and no skip missing from the list.  The
-box is stopped at the end unless ``--keep`` (or ``--state-dir`` was
-given).
+in which a class tempest skips as a whole (its ``setUpClass`` skipped,
+one entry in tempest's own summary) counts as the tests of that class
+(``tempest run --list-tests`` with the run's regex and exclude list).
+Exits 0 only with no failure, no skip the list does not give for that
+run's backend and, with the default regex, no listed skip that a run it
+names did not produce.  The box is stopped at the end unless ``--keep``
+(or ``--state-dir`` was given).
 
 Usage (from the repository root)::
 
@@ -65,6 +70,10 @@ EXCLUDE = os.path.join(REPO, 'tools', 'tempest-exclude.txt')
 SKIPS = os.path.join(REPO, 'tools', 'tempest-skips.txt')
 SKIP_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?)(?:\[\S*\])?)'
                        r'(?: \[[\d.]+s\])? \.\.\. SKIPPED', re.MULTILINE)
+# The runs a line of tools/tempest-skips.txt can name.
+BACKENDS = ('tgt', 'rbd')
+SKIP_RUNS = {'tgt': frozenset(['tgt']), 'rbd': frozenset(['rbd']),
+             'both': frozenset(BACKENDS)}
 FAILED_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?))'
                          r'(?:\[\S*\])?(?: \[[\d.]+s\])? \.\.\. FAILED',
                          re.MULTILINE)
@@ -172,22 +181,144 @@ def summary(output):
     return passed + skipped + failed, passed, skipped, failed
 
 
-def listed_skips():
-    """The ids ``tools/tempest-skips.txt`` gives a reason for."""
-    with open(SKIPS) as f:
-        return {line.split('|')[0].strip() for line in f
-                if line.strip() and not line.startswith('#')}
+def parse_skips(lines, path=SKIPS):
+    """``{id: (runs, reason)}`` from ``tools/tempest-skips.txt``'s *lines*.
+
+    A line is ``<test or class id> | tgt|rbd|both | <reason>``; *runs* is
+    the frozenset of backends (``tgt``, ``rbd``) whose run skips it.
+    Blank lines and ``#`` comments are skipped; a line without the three
+    fields, another run name, an empty reason or an id listed twice is a
+    ValueError naming *path* and the line.
+    """
+    skips = {}
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith('#'):
+            continue
+        where = '%s:%d' % (path, number)
+        fields = [field.strip() for field in line.split('|', 2)]
+        if len(fields) != 3 or not fields[0] or not fields[2]:
+            raise ValueError('%s: expected "<id> | tgt|rbd|both | <reason>":'
+                             ' %s' % (where, line))
+        test_id, run, reason = fields
+        if run not in SKIP_RUNS:
+            raise ValueError('%s: %s: the run is one of %s, not %r' % (
+                where, test_id, ', '.join(sorted(SKIP_RUNS)), run))
+        if test_id in skips:
+            raise ValueError('%s: %s is listed twice' % (where, test_id))
+        skips[test_id] = (SKIP_RUNS[run], reason)
+    return skips
+
+
+def listed_skips(path=SKIPS):
+    """``{id: (runs, reason)}`` of the file *path*."""
+    with open(path) as f:
+        return parse_skips(f, os.path.relpath(path, REPO))
+
+
+def skip_events(output):
+    """(test ids, class ids) tempest skipped in *output*.
+
+    A class id is a class skipped as a whole: ``setUpClass (<class id>)
+    ... SKIPPED``, one entry for all its tests.
+    """
+    tests, classes = set(), set()
+    for class_id, test_id in SKIP_LINE.findall(output):
+        if class_id:
+            classes.add(class_id)
+        else:
+            tests.add(test_id)
+    return tests, classes
 
 
 def skipped_ids(output):
     """Ids (tests or classes) tempest skipped in *output*."""
-    return {a or b for a, b in SKIP_LINE.findall(output)}
+    tests, classes = skip_events(output)
+    return tests | classes
+
+
+def unlisted_skips(backend, skipped, skips):
+    """The ids of *skipped* in the run on *backend* with no reason there.
+
+    :returns: sorted ``(id, why)``: not listed at all, or listed for the
+        other backend's run only.
+    """
+    problems = []
+    for test_id in sorted(skipped):
+        if test_id not in skips:
+            problems.append((test_id, 'not listed'))
+        elif backend not in skips[test_id][0]:
+            problems.append((test_id, 'listed for the %s run only' % (
+                '/'.join(sorted(skips[test_id][0])))))
+    return problems
+
+
+def unproduced_skips(skips, produced):
+    """The listed skips a run the line names did not produce.
+
+    *produced* maps each backend that ran (the default regex) to the ids
+    its run skipped; a line naming a backend that did not run is not
+    checked for it.  Returns sorted ``(id, backend)``.
+    """
+    return sorted((test_id, backend)
+                  for test_id, (runs, _reason) in skips.items()
+                  for backend in runs
+                  if backend in produced and test_id not in produced[backend])
+
+
+def class_test_counts(class_ids, listed_tests):
+    """``{class id: its tests}`` among *listed_tests*.
+
+    *listed_tests*: the ids ``tempest run --list-tests`` printed for the
+    run's selection (``[attributes]`` tails are dropped).  A class with no
+    listed test counts as 1: tempest's own count for its setUpClass skip.
+    """
+    counts = dict.fromkeys(class_ids, 0)
+    for line in listed_tests:
+        test_id = line.strip().split('[', 1)[0]
+        class_id = test_id.rpartition('.')[0]
+        if class_id in counts:
+            counts[class_id] += 1
+    return {class_id: count or 1 for class_id, count in counts.items()}
+
+
+def count_class_skips(counts, class_counts):
+    """(ran, passed, skipped, failed) with each class skip as its tests.
+
+    *counts* is tempest's summary, in which each class skipped in its
+    setUpClass is one skip; *class_counts* ``{class id: its tests}``.
+    """
+    _ran, passed, skipped, failed = counts
+    skipped += sum(class_counts.values()) - len(class_counts)
+    return passed + skipped + failed, passed, skipped, failed
+
+
+def list_tests(workspace, conf, regex, env, venv_bin):
+    """The test ids ``tempest run --list-tests`` selects, or None."""
+    listing = subprocess.run(
+        [os.path.join(venv_bin, 'tempest'), 'run', '--list-tests',
+         '--config-file', conf, '--regex', regex, '--exclude-list', EXCLUDE],
+        cwd=workspace, env=env, capture_output=True, text=True)
+    if listing.returncode:
+        sys.stderr.write(listing.stderr[-3000:])
+        return None
+    return [line.strip() for line in listing.stdout.splitlines()
+            if line.strip() and ' ' not in line.strip()]
+
+
+def box_backend(state):
+    """``rbd`` or ``tgt``: the run a running box in *state* makes."""
+    with open(os.path.join(state, 'stack.json')) as f:
+        info = json.load(f)
+    return ('rbd' if all(driver == stack_mod.RBD_DRIVER
+                         for _name, driver in info['backends']) else 'tgt')
 
 
 def run_one(args, backend, state_dir=None):
     """One box on *backend* (or the running box in *state_dir*), one run.
 
-    Returns (ran, passed, skipped, failed, seconds, ok, skipped ids).
+    Returns (ran, passed, skipped, failed, seconds, ok, skipped ids), a
+    class skipped as a whole counted as its tests.
     """
     venv_bin = os.path.join(REPO, '.venv', 'bin')
     own_box = not state_dir
@@ -213,24 +344,41 @@ def run_one(args, backend, state_dir=None):
             state_dir=state)))
         conf = write_conf(state, workspace, upload_image(box),
                           upload_image(box))
+        run_env = dict(env, PATH=venv_bin + ':' + env['PATH'])
         started = time.monotonic()
         run = subprocess.run(
             [os.path.join(venv_bin, 'tempest'), 'run', '--config-file', conf,
              '--regex', args.regex, '--exclude-list', EXCLUDE,
              '--concurrency', str(args.concurrency)],
-            cwd=workspace, env=dict(env, PATH=venv_bin + ':' + env['PATH']),
-            capture_output=True, text=True)
+            cwd=workspace, env=run_env, capture_output=True, text=True)
         seconds = time.monotonic() - started
         sys.stdout.write(run.stdout[-20000:])
-        ran, passed, skipped, failed = summary(run.stdout)
         for test_id in sorted({a or b for a, b in
                                FAILED_LINE.findall(run.stdout)}):
             print('tempest[%s]: FAILED %s' % (backend, test_id))
-        skipped_here = skipped_ids(run.stdout)
-        unlisted = sorted(skipped_here - listed_skips())
-        for test_id in unlisted:
-            print('tempest: skipped, with no reason in %s: %s' % (
-                os.path.relpath(SKIPS, REPO), test_id))
+        skipped_tests, skipped_classes = skip_events(run.stdout)
+        class_counts = {}
+        if skipped_classes:
+            # Tempest reports a class skipped in its setUpClass once, and
+            # none of its tests: count them from the run's own selection.
+            listed = list_tests(workspace, conf, args.regex, run_env,
+                                venv_bin)
+            if listed is None:
+                print('tempest[%s]: tempest run --list-tests failed: each '
+                      'class skip counted as 1' % backend)
+                listed = []
+            class_counts = class_test_counts(skipped_classes, listed)
+            for class_id, count in sorted(class_counts.items()):
+                print('tempest[%s]: class skipped: %s (%d tests)' % (
+                    backend, class_id, count))
+        ran, passed, skipped, failed = count_class_skips(
+            summary(run.stdout), class_counts)
+        skipped_here = skipped_tests | skipped_classes
+        unlisted = unlisted_skips(backend, skipped_here, listed_skips())
+        for test_id, why in unlisted:
+            print('tempest[%s]: skipped, with no reason for this run in %s '
+                  '(%s): %s' % (backend, os.path.relpath(SKIPS, REPO), why,
+                                test_id))
         print('tempest[%s]: ran %d, passed %d, skipped %d, failed %d (%d s)'
               % (backend, ran, passed, skipped, failed, seconds), flush=True)
         ok = run.returncode == 0 and not failed and ran and not unlisted
@@ -251,21 +399,27 @@ def main(argv=None):
                         'backends; --backends is then ignored)')
     parser.add_argument('--keep', action='store_true')
     args = parser.parse_args(argv)
+    skips = listed_skips()  # a malformed list fails before any box
     if args.state_dir:
-        runs = [run_one(args, 'box', args.state_dir)]
+        backends = [box_backend(args.state_dir)]
+        runs = [run_one(args, backends[0], args.state_dir)]
     else:
-        runs = [run_one(args, backend)
-                for backend in args.backends.split(',')]
+        backends = args.backends.split(',')
+        runs = [run_one(args, backend) for backend in backends]
     total = [sum(r[i] for r in runs) for i in range(5)]
-    if (not args.state_dir and args.regex == DEFAULT_REGEX and
-            args.backends == DEFAULT_BACKENDS):
-        for test_id in sorted(listed_skips() - set().union(
-                *(r[6] for r in runs))):
-            print('tempest: listed in %s but skipped by no run: %s' % (
-                os.path.relpath(SKIPS, REPO), test_id))
+    unproduced = []
+    if args.regex == DEFAULT_REGEX:
+        # Only runs that ran: a box that did not come up failed already.
+        unproduced = unproduced_skips(skips, {
+            backend: run[6] for backend, run in zip(backends, runs)
+            if run[0]})
+        for test_id, backend in unproduced:
+            print('tempest: listed in %s for the %s run, which did not '
+                  'skip it: %s' % (os.path.relpath(SKIPS, REPO), backend,
+                                   test_id))
     print('tempest: ran %d, passed %d, skipped %d, failed %d (%d s)' %
           tuple(total), flush=True)
-    return 0 if all(r[5] for r in runs) else 1
+    return 0 if all(r[5] for r in runs) and not unproduced else 1
 
 
 if __name__ == '__main__':

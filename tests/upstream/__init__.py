@@ -25,14 +25,21 @@ The real module's globals are never changed: upstream's
 does not recurse.
 
 A test that is meant to fail against our class (it asserts upstream
-behaviour we replace on purpose) is listed, with its reason, in this
-package's ``differences.txt``; :func:`mark_differences` makes it an
-expected failure, so it is counted and shown apart, and a listed test
-that passes is an unexpected success: a failure of the run, which keeps
-the list true.
+behaviour we replace on purpose) is listed in this package's
+``differences.txt`` with the exception it fails with (its type and a
+fragment of its message) and its reason; :func:`mark_differences` makes
+it an expected failure only when it fails with that very exception, so
+it is counted and shown apart.  A listed test that fails otherwise fails
+(its own error, and what the list expected), one that passes is an
+unexpected success (a failure of the run), and an id that names no test
+of the upstream modules tests/upstream/test_*.py load is an error at
+import: the list stays true.
 """
 
+import ast
+import collections
 import functools
+import glob
 import importlib
 import os
 import sys
@@ -93,58 +100,154 @@ def load_upstream(test_module, driver_module, **classes):
     return importlib.import_module(test_module)
 
 
-def read_differences(path=DIFFERENCES):
-    """``{test id: reason}`` from *path*: ``<test id>  # <reason>`` lines."""
+Difference = collections.namedtuple('Difference',
+                                    'exc_type fragment reason')
+
+
+def parse_expected(text):
+    """``(type name, fragment)`` from ``<ExceptionType>: <fragment>``.
+
+    The type is the exception class's name (``AssertionError``,
+    ``VolumeNotFound``) or its dotted path; the fragment, a part of the
+    exception's message (``str(exc)``), must not be empty.
+    """
+    exc_type, sep, fragment = text.partition(':')
+    exc_type, fragment = exc_type.strip(), fragment.strip()
+    if (not sep or not fragment or not exc_type or
+            not all(part.isidentifier() for part in exc_type.split('.'))):
+        raise ValueError('expected "<ExceptionType>: <message fragment>", '
+                         'got %r' % text)
+    return exc_type, fragment
+
+
+def parse_differences(lines, path=DIFFERENCES):
+    """``{test id: Difference}`` from ``differences.txt``'s *lines*.
+
+    A line is ``<test id> | <ExceptionType>: <message fragment> |
+    <reason>``; blank lines and ``#`` comments are skipped.  A line
+    without the three fields, an empty reason or a test listed twice is
+    an error (ValueError naming *path* and the line number).
+    """
     differences = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith('#'):
-                continue
-            test_id, sep, reason = line.partition('#')
-            if not sep or not reason.strip():
-                raise ValueError('%s: no reason given for %s' % (
-                    path, test_id.strip()))
-            differences[test_id.strip()] = reason.strip()
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith('#'):
+            continue
+        where = '%s:%d' % (path, number)
+        fields = [field.strip() for field in line.split('|', 2)]
+        if len(fields) != 3 or not all(fields):
+            raise ValueError('%s: expected "<test id> | <ExceptionType>: '
+                             '<message fragment> | <reason>": %s' % (
+                                 where, line))
+        test_id, expected, reason = fields
+        try:
+            exc_type, fragment = parse_expected(expected)
+        except ValueError as e:
+            raise ValueError('%s: %s: %s' % (where, test_id, e))
+        if test_id in differences:
+            raise ValueError('%s: %s is listed twice' % (where, test_id))
+        differences[test_id] = Difference(exc_type, fragment, reason)
     return differences
 
 
-def _expect_failure(method, reason):
+def read_differences(path=DIFFERENCES):
+    """``{test id: Difference}`` from the file *path*."""
+    with open(path) as f:
+        return parse_differences(f, path)
+
+
+def upstream_modules(directory=os.path.dirname(os.path.abspath(__file__))):
+    """The upstream test modules *directory*'s ``test_*.py`` load.
+
+    Each names its module in a module-level ``UPSTREAM = '<module>'``;
+    read from the source (no import), so that any of them can check ids
+    of the others.
+    """
+    modules = set()
+    for path in sorted(glob.glob(os.path.join(directory, 'test_*.py'))):
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and
+                    isinstance(node.value, ast.Constant) and
+                    isinstance(node.value.value, str) and
+                    any(isinstance(t, ast.Name) and t.id == 'UPSTREAM'
+                        for t in node.targets)):
+                modules.add(node.value.value)
+    return modules
+
+
+def foreign_ids(differences, modules):
+    """The listed ids that belong to none of the upstream *modules*."""
+    return sorted(test_id for test_id in differences
+                  if not any(test_id.startswith(module + '.')
+                             for module in modules))
+
+
+def matches(difference, exc):
+    """Whether *exc* is the failure *difference* expects.
+
+    Same class (by name, or by dotted ``module.qualname``) and the
+    fragment is part of ``str(exc)``.
+    """
+    cls = type(exc)
+    names = {cls.__name__, cls.__qualname__,
+             '%s.%s' % (cls.__module__, cls.__qualname__)}
+    return difference.exc_type in names and difference.fragment in str(exc)
+
+
+def describe(exc):
+    """``<ExceptionType>: <message>`` of *exc*, as differences.txt has it."""
+    return '%s: %s' % (type(exc).__name__, exc)
+
+
+def _expect_failure(method, difference):
+    text_content = testtools.content.text_content
+
     @functools.wraps(method)
     def expected_to_fail(self, *args, **kwargs):
         try:
             method(self, *args, **kwargs)
         except unittest.SkipTest:
             raise
-        except Exception:
+        except Exception as exc:
+            if not matches(difference, exc):
+                self.addDetail('differences.txt', text_content(
+                    'listed as failing with "%s: %s" (%s) but failed with '
+                    '"%s"' % (difference.exc_type, difference.fragment,
+                              difference.reason, describe(exc))))
+                raise
             self.addDetail('intended difference',
-                           testtools.content.text_content(reason))
+                           text_content(difference.reason))
             raise testtools.testcase._ExpectedFailure(sys.exc_info())
         raise testtools.testcase._UnexpectedSuccess(
-            'listed in differences.txt but passed: %s' % reason)
+            'listed in differences.txt but passed: %s' % difference.reason)
     return expected_to_fail
 
 
-def mark_differences(module, prefix, differences=None):
+def mark_differences(module, prefix, differences=None, modules=None):
     """Make the listed tests of *module* expected failures.
 
     *prefix* is the test id prefix of *module*'s classes as stestr names
-    them (``tests.upstream.test_rbd``).  A listed id that names no test is
-    an error: the list must not rot.
+    them (the upstream module's name).  Every id of the list is checked,
+    not only *module*'s: an id under *prefix* that names no test of
+    *module*, or an id under none of the upstream *modules* (default:
+    :func:`upstream_modules`), is an error: the list must not rot.
     """
     differences = read_differences() if differences is None else differences
-    unknown = []
-    for test_id, reason in differences.items():
+    modules = upstream_modules() if modules is None else set(modules)
+    unknown = foreign_ids(differences, modules | {prefix})
+    for test_id, difference in differences.items():
         if not test_id.startswith(prefix + '.'):
             continue
         class_name, _sep, method_name = test_id[len(prefix) + 1:].partition(
             '.')
         cls = getattr(module, class_name, None)
         method = getattr(cls, method_name, None) if cls else None
-        if method is None:
+        if method is None or '.' in method_name:
             unknown.append(test_id)
             continue
-        setattr(cls, method_name, _expect_failure(method, reason))
+        setattr(cls, method_name, _expect_failure(method, difference))
     if unknown:
         raise ValueError('differences.txt lists tests that do not exist: '
                          '%s' % ', '.join(sorted(unknown)))

@@ -90,8 +90,8 @@ BROKEN = '''
     def test_never_runs():
         pass
 '''
-CLOSING = re.compile(r'^tests: (\d+) passed, (\d+) failed'
-                     r'(?:, (\d+) skipped)?(.*)$')
+CLOSING = re.compile(r'^tests: (\d+) passed, (\d+) failed, (\d+) skipped, '
+                     r'(\d+) expected failures(.*)$')
 SCRUB = ('ALLOW_SKIPS', 'SKIP_PEP8', 'UNIT_TEST_PATH', 'FUNCTIONAL_TEST_PATH',
          'UPSTREAM_TEST_PATH', 'FUNCTIONAL_CONCURRENCY', 'VENV',
          'OS_TEST_PATH', 'PYTHONPATH')
@@ -145,7 +145,8 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/unit/test_b.py', SKIPPED)
         self._write('tests/functional/test_c.py', PASSING)
         rc, closing, out = self._run(SKIP_PEP8='1')
-        self.assertEqual('tests: 4 passed, 0 failed, 1 skipped; pep8: not run',
+        self.assertEqual('tests: 3 passed, 0 failed, 1 skipped, '
+                         '1 expected failures; pep8: not run',
                          closing)
         self.assertNotEqual(0, rc)
         self.assertIn('ALLOW_SKIPS=1', out)
@@ -156,7 +157,8 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/unit/test_b.py', SKIPPED)
         self._write('tests/functional/test_c.py', PASSING)
         rc, closing, out = self._run(ALLOW_SKIPS='1')
-        self.assertEqual('tests: 4 passed, 0 failed, 1 skipped', closing)
+        self.assertEqual('tests: 3 passed, 0 failed, 1 skipped, '
+                         '1 expected failures', closing)
         self.assertEqual(0, rc)
 
     def test_pass_skip_and_fail_each_counted(self):
@@ -165,14 +167,16 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/unit/test_c.py', FAILING)
         self._write('tests/functional/test_d.py', PASSING)
         rc, closing, out = self._run(ALLOW_SKIPS='1')
-        self.assertEqual('tests: 4 passed, 1 failed, 1 skipped', closing)
+        self.assertEqual('tests: 3 passed, 1 failed, 1 skipped, '
+                         '1 expected failures', closing)
         self.assertNotEqual(0, rc)
 
     def test_clean_run_passes(self):
         self._write('tests/unit/test_a.py', PASSING)
         self._write('tests/functional/test_b.py', PASSING)
         rc, closing, out = self._run()
-        self.assertEqual('tests: 4 passed, 0 failed, 0 skipped', closing)
+        self.assertEqual('tests: 3 passed, 0 failed, 0 skipped, '
+                         '1 expected failures', closing)
         self.assertEqual(0, rc)
 
     def test_failed_discovery_counts_once_as_failure(self):
@@ -182,7 +186,8 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/unit/test_a.py', PASSING)
         self._write('tests/functional/test_b.py', BROKEN)
         rc, closing, out = self._run(SKIP_PEP8='1')
-        self.assertEqual('tests: 3 passed, 1 failed, 0 skipped; pep8: not run',
+        self.assertEqual('tests: 2 passed, 1 failed, 0 skipped, '
+                         '1 expected failures; pep8: not run',
                          closing)
         self.assertNotEqual(0, rc)
         self.assertIn('no_such_module_for_run_tests', out)
@@ -195,7 +200,8 @@ class RunTestsScriptTestCase(testtools.TestCase):
         # Second run: the unit tests no longer import.
         self._write('tests/unit/test_a.py', BROKEN)
         rc, closing, out = self._run(SKIP_PEP8='1')
-        self.assertEqual('tests: 3 passed, 1 failed, 0 skipped; pep8: not run',
+        self.assertEqual('tests: 2 passed, 1 failed, 0 skipped, '
+                         '1 expected failures; pep8: not run',
                          closing)
         self.assertNotEqual(0, rc)
 
@@ -204,7 +210,8 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/functional/test_b.py', PASSING)
         self._write('tests/unit/badly_formatted.py', 'x=1;y =2\n')
         rc, closing, out = self._run()
-        self.assertEqual('tests: 4 passed, 0 failed, 0 skipped; pep8: FAILED',
+        self.assertEqual('tests: 3 passed, 0 failed, 0 skipped, '
+                         '1 expected failures; pep8: FAILED',
                          closing)
         self.assertNotEqual(0, rc)
 
@@ -218,7 +225,8 @@ class RunTestsScriptTestCase(testtools.TestCase):
         rc, closing, out = self._run(
             SKIP_PEP8='1', UNIT_TEST_PATH='./tests/other',
             FUNCTIONAL_TEST_PATH='./tests/more')
-        self.assertEqual('tests: 4 passed, 0 failed, 0 skipped; pep8: not run',
+        self.assertEqual('tests: 3 passed, 0 failed, 0 skipped, '
+                         '1 expected failures; pep8: not run',
                          closing)
         self.assertEqual(0, rc)
 
@@ -226,16 +234,20 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self._write('tests/unit/test_a.py', PASSING)
         self._write('tests/functional/test_b.py', PASSING)
         rc, closing, out = self._run(SKIP_PEP8='1')
+        self.assertEqual('tests: 3 passed, 0 failed, 0 skipped, '
+                         '1 expected failures; pep8: not run', closing)
         self.assertEqual(0, rc)
-        self.assertIn('expected failures: 1 upstream test(s), counted as '
-                      'passed, each listed with its reason in '
-                      'tests/upstream/differences.txt', out)
+        self.assertIn('expected failures: 1 upstream test(s), not counted '
+                      'as passed, each failed with the exception listed '
+                      'with its reason in tests/upstream/differences.txt',
+                      out)
 
     def test_unexpected_success_fails_the_run(self):
         self._write('tests/unit/test_a.py', PASSING)
         self._write('tests/functional/test_b.py', PASSING)
         self._write('tests/upstream/test_up.py', UNEXPECTED_SUCCESS)
         rc, closing, out = self._run(SKIP_PEP8='1')
-        self.assertEqual('tests: 2 passed, 1 failed, 0 skipped; pep8: not run',
+        self.assertEqual('tests: 2 passed, 1 failed, 0 skipped, '
+                         '0 expected failures; pep8: not run',
                          closing)
         self.assertNotEqual(0, rc)

@@ -1,0 +1,248 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""tools/run_tempest.py: skips checked per run, class skips counted whole.
+
+tools/ is not a package: the script is loaded from its path.
+"""
+
+import importlib.util
+import io
+import os
+from unittest import mock
+
+import testtools
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+PATH = os.path.join(REPO, 'tools', 'run_tempest.py')
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location('run_tempest_under_test',
+                                                  PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_tempest = _load()
+
+BACKUP = 'tempest.api.volume.test_volumes_backup.VolumesBackupsTest'
+MULTI = 'tempest.api.volume.admin.test_multi_backend.VolumeMultiBackendTest'
+REPL = ('cinder_tempest_plugin.api.volume.admin.test_volume_replication.'
+        'VolumeReplicationTest')
+SNAP_BACKUP = ('tempest.api.volume.test_volumes_snapshots.'
+               'VolumesSnapshotTestJSON.test_snapshot_backup')
+LINES = [
+    '# comment', '',
+    '%s | tgt | tgt run only: no kernel initiator for a backup' % BACKUP,
+    '%s | rbd | RBD run only: one RBD backend' % MULTI,
+    '%s | both | replication is not configured' % REPL,
+    '%s | tgt | tgt run only: a backup' % SNAP_BACKUP,
+]
+
+# subunit-trace's lines, as tempest run prints them, and its summary.
+OUTPUT = '''\
+{0} setUpClass (%(backup)s) ... SKIPPED: Cinder backup feature disabled
+{1} setUpClass (%(repl)s) ... SKIPPED: Cinder volume replication is not enabled
+{0} %(snap)s ... SKIPPED: Cinder backup feature disabled
+{1} tempest.api.volume.test_volumes_get.VolumesGetTest.test_volume_create_get\
+_update_delete[id-27fb0e9f-fb64-41dd-8bdb-1ffa762f0d51,smoke] [3.2s] ... ok
+{1} tempest.api.volume.test_x.XTest.test_y[id-1] [1.0s] ... FAILED
+
+======
+Totals
+======
+Ran: 10 tests in 20.0 sec.
+ - Passed: 6
+ - Skipped: 3
+ - Expected Fail: 0
+ - Unexpected Success: 0
+ - Failed: 1
+''' % {'backup': BACKUP, 'repl': REPL, 'snap': SNAP_BACKUP}
+
+# tempest run --list-tests: the run's selection, attributes included.
+LISTED = [
+    BACKUP + '.test_volume_backup_create_get_detailed_list_restore_delete'
+    '[id-a66eb488-8ee1-47d4-8e9f-575a095728c6,smoke]',
+    BACKUP + '.test_volume_backup_create_get_detailed_list_restore_delete2'
+    '[id-2]',
+    BACKUP + '.test_bootable_volume_backup_and_restore[id-3]',
+    BACKUP + '.test_volume_backup_get[id-4]',
+    BACKUP + 'V39Test.test_update_backup[id-5]',
+    REPL + '.test_replication_promote[id-6]',
+    REPL + '.test_replication_reenable[id-7]',
+    SNAP_BACKUP + '[id-8]',
+    'tempest.api.volume.test_volumes_get.VolumesGetTest.test_a[id-9]',
+]
+
+
+class ParseSkipsTestCase(testtools.TestCase):
+
+    def test_run_per_line(self):
+        skips = run_tempest.parse_skips(LINES)
+        self.assertEqual({'tgt'}, skips[BACKUP][0])
+        self.assertEqual({'rbd'}, skips[MULTI][0])
+        self.assertEqual({'tgt', 'rbd'}, skips[REPL][0])
+        self.assertEqual('replication is not configured', skips[REPL][1])
+        self.assertEqual(4, len(skips))
+
+    def test_old_format_is_an_error(self):
+        e = self.assertRaises(ValueError, run_tempest.parse_skips,
+                              ['%s | RBD run only: one backend' % MULTI],
+                              'skips.txt')
+        self.assertIn('skips.txt:1', str(e))
+
+    def test_unknown_run_is_an_error(self):
+        e = self.assertRaises(ValueError, run_tempest.parse_skips,
+                              ['%s | ceph | one backend' % MULTI])
+        self.assertIn("'ceph'", str(e))
+
+    def test_empty_reason_is_an_error(self):
+        self.assertRaises(ValueError, run_tempest.parse_skips,
+                          ['%s | rbd | ' % MULTI])
+
+    def test_listed_twice_is_an_error(self):
+        self.assertRaises(ValueError, run_tempest.parse_skips,
+                          [LINES[2], LINES[2]])
+
+    def test_the_real_file_names_the_run_its_reason_names(self):
+        skips = run_tempest.listed_skips()
+        self.assertEqual(15, len(skips))
+        for test_id, (runs, reason) in skips.items():
+            expected = ({'rbd'} if reason.startswith('RBD run only') else
+                        {'tgt'} if reason.startswith('tgt run only') else
+                        {'tgt', 'rbd'})
+            self.assertEqual(expected, runs, test_id)
+
+
+class SkipEventsTestCase(testtools.TestCase):
+
+    def test_tests_and_classes_apart(self):
+        tests, classes = run_tempest.skip_events(OUTPUT)
+        self.assertEqual({SNAP_BACKUP}, tests)
+        self.assertEqual({BACKUP, REPL}, classes)
+        self.assertEqual({SNAP_BACKUP, BACKUP, REPL},
+                         run_tempest.skipped_ids(OUTPUT))
+
+
+class UnlistedSkipsTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super(UnlistedSkipsTestCase, self).setUp()
+        self.skips = run_tempest.parse_skips(LINES)
+
+    def test_listed_for_this_run(self):
+        self.assertEqual([], run_tempest.unlisted_skips(
+            'tgt', {BACKUP, REPL, SNAP_BACKUP}, self.skips))
+        self.assertEqual([], run_tempest.unlisted_skips(
+            'rbd', {MULTI, REPL}, self.skips))
+
+    def test_unlisted_skip_fails_the_run(self):
+        other = 'tempest.api.volume.test_x.XTest'
+        self.assertEqual([(other, 'not listed')], run_tempest.unlisted_skips(
+            'rbd', {MULTI, other}, self.skips))
+
+    def test_skip_listed_for_the_other_backend_fails_the_run(self):
+        # VolumesBackupsTest is listed for the tgt run: the RBD box has
+        # cinder-backup, so its skip there is a regression.
+        self.assertEqual(
+            [(BACKUP, 'listed for the tgt run only')],
+            run_tempest.unlisted_skips('rbd', {BACKUP, MULTI}, self.skips))
+        self.assertEqual(
+            [(MULTI, 'listed for the rbd run only')],
+            run_tempest.unlisted_skips('tgt', {BACKUP, MULTI}, self.skips))
+
+
+class UnproducedSkipsTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super(UnproducedSkipsTestCase, self).setUp()
+        self.skips = run_tempest.parse_skips(LINES)
+
+    def test_every_listed_skip_produced(self):
+        self.assertEqual([], run_tempest.unproduced_skips(self.skips, {
+            'tgt': {BACKUP, REPL, SNAP_BACKUP}, 'rbd': {MULTI, REPL}}))
+
+    def test_listed_skip_no_run_produced_fails(self):
+        self.assertEqual(
+            [(REPL, 'rbd'), (REPL, 'tgt')],
+            run_tempest.unproduced_skips(self.skips, {
+                'tgt': {BACKUP, SNAP_BACKUP}, 'rbd': {MULTI}}))
+
+    def test_both_needs_both_runs(self):
+        self.assertEqual([(REPL, 'rbd')], run_tempest.unproduced_skips(
+            self.skips, {'tgt': {BACKUP, REPL, SNAP_BACKUP},
+                         'rbd': {MULTI}}))
+
+    def test_only_the_runs_that_ran_are_checked(self):
+        self.assertEqual([], run_tempest.unproduced_skips(
+            self.skips, {'rbd': {MULTI, REPL}}))
+
+
+class ClassSkipCountTestCase(testtools.TestCase):
+
+    def test_class_skip_counts_as_its_tests(self):
+        _tests, classes = run_tempest.skip_events(OUTPUT)
+        counts = run_tempest.class_test_counts(classes, LISTED)
+        # VolumesBackupsV39Test is another class, not one of BACKUP's.
+        self.assertEqual({BACKUP: 4, REPL: 2}, counts)
+        self.assertEqual((10, 6, 3, 1), run_tempest.summary(OUTPUT))
+        # 3 skips (2 classes, 1 test) become 4 + 2 + 1 = 7.
+        self.assertEqual((14, 6, 7, 1), run_tempest.count_class_skips(
+            run_tempest.summary(OUTPUT), counts))
+
+    def test_class_not_listed_counts_as_one(self):
+        counts = run_tempest.class_test_counts({BACKUP}, [])
+        self.assertEqual({BACKUP: 1}, counts)
+        self.assertEqual((10, 6, 3, 1), run_tempest.count_class_skips(
+            (10, 6, 3, 1), counts))
+
+    def test_no_class_skip(self):
+        self.assertEqual((10, 6, 3, 1), run_tempest.count_class_skips(
+            (10, 6, 3, 1), {}))
+
+
+class MainTestCase(testtools.TestCase):
+    """main(): the closing line, and the listed skips no run made."""
+
+    def _main(self, skipped_by):
+        skips = run_tempest.parse_skips(LINES)
+
+        def run_one(args, backend, state_dir=None):
+            return (100, 90, 10, 0, 60, True, skipped_by[backend])
+        out = io.StringIO()
+        with mock.patch.object(run_tempest, 'run_one', run_one), \
+                mock.patch.object(run_tempest, 'listed_skips',
+                                  return_value=skips), \
+                mock.patch('sys.stdout', out):
+            rc = run_tempest.main([])
+        return rc, out.getvalue().splitlines()
+
+    def test_all_listed_skips_made(self):
+        rc, lines = self._main({'tgt': {BACKUP, REPL, SNAP_BACKUP},
+                                'rbd': {MULTI, REPL}})
+        self.assertEqual(0, rc)
+        self.assertEqual(
+            ['tempest: ran 200, passed 180, skipped 20, failed 0 (120 s)'],
+            lines)
+
+    def test_listed_skip_no_run_made_fails_the_run(self):
+        rc, lines = self._main({'tgt': {BACKUP, SNAP_BACKUP},
+                                'rbd': {MULTI, REPL}})
+        self.assertEqual(1, rc)
+        self.assertEqual(
+            ['tempest: listed in tools/tempest-skips.txt for the tgt run, '
+             'which did not skip it: %s' % REPL,
+             'tempest: ran 200, passed 180, skipped 20, failed 0 (120 s)'],
+            lines)
