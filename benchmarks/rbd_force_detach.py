@@ -12,7 +12,7 @@ ours (``cinder_forcedetach.drivers.rbd.RBDDriver``) and Cinder 29's own
    The volume and its attachment (the host's connector and the driver's
    ``initialize_connection`` result) are rows of a SQLite Cinder database,
    and Cinder's coordinator runs, as in cinder-volume.  The client is a
-   subprocess (``tests.functional.ceph.WRITER``) that opens the image
+   subprocess (``tests.support.ceph.WRITER``) that opens the image
    from that connection data, as os-brick would, and writes one numbered
    4 KiB block every 5 ms.  Each round then runs what Cinder's
    ``os-force_detach`` runs: the driver's ``terminate_connection(volume,
@@ -131,8 +131,6 @@ from cinder import coordination  # noqa: E402
 from cinder.db import migration  # noqa: E402
 from cinder import objects  # noqa: E402
 import cinder.privsep  # noqa: E402
-from cinder.volume import configuration  # noqa: E402
-from cinder.volume import driver as cinder_driver  # noqa: E402
 from cinder.volume.drivers import rbd as upstream_rbd  # noqa: E402
 from glanceclient.common import http as glance_http  # noqa: E402
 from oslo_concurrency import lockutils  # noqa: E402
@@ -143,7 +141,7 @@ import rbd  # noqa: E402
 from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: E402
 from cinder_forcedetach.tools import ceph_dev  # noqa: E402
 from tests import fakes  # noqa: E402
-from tests.functional import ceph  # noqa: E402
+from tests.support import ceph  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTENT = units.Mi
@@ -645,27 +643,6 @@ def print_reimage(size_gb, results):
 # -- setup --------------------------------------------------------------------
 
 
-def make_driver(cls, group, cluster):
-    """A driver of *cls* configured in section *group*.
-
-    Configured before it is built: upstream reads settings in __init__.
-    """
-    for opts in (cinder_driver.volume_opts, upstream_rbd.RBD_OPTS,
-                 rbd_driver.rbd_opts):
-        CONF.register_opts(opts, group)
-    for key, value in (('rbd_ceph_conf', cluster.conf),
-                       ('rbd_user', cluster.user),
-                       ('rbd_pool', cluster.pool),
-                       ('volume_backend_name', group),
-                       ('forcedetach_rbd_keyring', cluster.keyring)):
-        CONF.set_override(key, value, group)
-    driver = cls(configuration=configuration.Configuration(
-        cinder_driver.volume_opts, config_group=group))
-    driver.do_setup(cinder_context.get_admin_context())
-    driver.check_for_setup_error()
-    return driver
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--sizes', default='1,10',
@@ -722,8 +699,9 @@ def main():
             cluster.up_seconds, open('/proc/loadavg').read().split()[0]),
             flush=True)
         ctx = cinder_context.get_admin_context()
-        ours = make_driver(rbd_driver.RBDDriver, 'ours', cluster)
-        upstream = make_driver(upstream_rbd.RBDDriver, 'upstream', cluster)
+        ours = ceph.make_rbd_driver(rbd_driver.RBDDriver, 'ours', cluster)
+        upstream = ceph.make_rbd_driver(upstream_rbd.RBDDriver, 'upstream',
+                                        cluster)
 
         print_detach(bench_detach(cluster, ctx, ours, upstream, args.rounds,
                                   args.window), args.window)

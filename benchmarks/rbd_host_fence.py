@@ -21,7 +21,7 @@ schema), Cinder's coordinator (file backend) for the volume locks.
 
 Host A is compute1: N volumes (``--volumes``, default 100) attached to it,
 each written by its own live librbd client (a subprocess,
-``tests.functional.ceph.Writer``, one 4 KiB numbered block every
+``tests.support.ceph.Writer``, one 4 KiB numbered block every
 ``--interval`` s) bound by an LD_PRELOAD shim to 127.0.0.11, the address
 compute1's connector names: one client instance, so one client address,
 per volume, as with one qemu per volume.  Host B, compute2 (127.0.0.12),
@@ -79,16 +79,13 @@ from cinder import context as cinder_context  # noqa: E402
 from cinder import coordination  # noqa: E402
 from cinder.db import migration  # noqa: E402
 from cinder import objects  # noqa: E402
-from cinder.volume import configuration  # noqa: E402
-from cinder.volume import driver as cinder_driver  # noqa: E402
-from cinder.volume.drivers import rbd as upstream_rbd  # noqa: E402
 from oslo_concurrency import lockutils  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 import rbd  # noqa: E402
 
 from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: E402
 from cinder_forcedetach.tools import ceph_dev  # noqa: E402
-from tests.functional import ceph  # noqa: E402
+from tests.support import ceph  # noqa: E402
 
 CONF = cfg.CONF
 BLOCK = ceph.BLOCK
@@ -405,27 +402,9 @@ def print_results(results, n, other_wrong, other_writes, n_other):
 # -- setup --------------------------------------------------------------------
 
 
-def make_driver(cluster):
-    group = 'ours'
-    for opts in (cinder_driver.volume_opts, upstream_rbd.RBD_OPTS,
-                 rbd_driver.rbd_opts):
-        CONF.register_opts(opts, group)
-    for key, value in (('rbd_ceph_conf', cluster.conf),
-                       ('rbd_user', cluster.user),
-                       ('rbd_pool', cluster.pool),
-                       ('volume_backend_name', group),
-                       ('forcedetach_rbd_keyring', cluster.keyring)):
-        CONF.set_override(key, value, group)
-    driver = rbd_driver.RBDDriver(configuration=configuration.Configuration(
-        cinder_driver.volume_opts, config_group=group))
-    driver.do_setup(cinder_context.get_admin_context())
-    driver.check_for_setup_error()
-    return driver
-
-
 def run(args, cluster, workdir):
     ctx = cinder_context.get_admin_context()
-    driver = make_driver(cluster)
+    driver = ceph.make_rbd_driver(rbd_driver.RBDDriver, 'ours', cluster)
     # upstream's connection_info (monitors, user, pool) once, as a
     # template: its initialize_connection runs `ceph mon dump` every call
     probe = objects.Volume(ctx, size=1, host='bench@rbd#rbd',

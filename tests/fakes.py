@@ -29,7 +29,7 @@ code under test:
   ``fabric.sqlite`` helpers) that Cinder's real ZoneManager and
   FCSanLookupService load, and :func:`split_scan_writes` of the emulated
   kernel.  The hosts and kernel of the emulated fabric, which need
-  namespaces and loop devices, stay in :mod:`tests.functional.fc_fabric`.
+  namespaces and loop devices, stay in :mod:`tests.support.fc_fabric`.
 
 Nothing here imports :mod:`tests.functional`: unit tests may use it all.
 """
@@ -161,7 +161,10 @@ def box_env(state, keystone=False, glance=False, db=None, nova=False,
 # -- Glance -------------------------------------------------------------------
 
 class FakeImageService(object):
-    """Glance as Cinder's image code calls it (Glance cannot run here).
+    """Glance as Cinder's image code calls it, with hooks real Glance lacks.
+
+    Real Glance runs in the box (``tools/stack.sh up --glance``); the
+    tests that use this need crafted images and failing reads.
 
     ``images[id]`` is ``{'meta': ..., 'url': ..., 'path': ..., 'reader':
     ...}``: ``show`` returns a copy of ``meta`` (ImageNotFound for an

@@ -281,83 +281,95 @@ def use_database_file(test):
     test.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
 
 
-class CinderHarness(functional_helpers._FunctionalTestBase):
-    """Cinder API + scheduler + volume service loading ``target``'s driver.
+# What keystonemiddleware sets for a request with a valid service token
+# (Cinder's API runs with noauth here): Cinder's bug 2004555 guard then
+# lets a service detach an attachment Nova holds.
+SERVICE_HEADERS = {'X-Service-Roles': 'service'}
 
-    A subclass sets the class attribute ``target`` (a :class:`Target`).
-    The database is a SQLite file, as in our functional tests.
+
+class CinderServices(functional_helpers._FunctionalTestBase):
+    """Cinder's API, scheduler and one volume service in this process.
+
+    The one harness of the kit and of our functional tests: subclasses
+    say which driver the volume service loads (``_get_flags``), how a host
+    connects (:meth:`connector`) and whether privileged calls run in this
+    process (:attr:`privsep_in_process`: Cinder's harness cannot start a
+    privsep daemon).  Its helpers call Cinder's API as Nova and operators
+    do, and read Cinder's database.  The database is a SQLite file (see
+    :func:`use_database_file`).
     """
 
     MOCK_TOOZ = False
     _osapi_version = '3.70'
-    _vol_type_name = 'conformance'
-    target = None
+    privsep_in_process = False
 
     def setUp(self):
-        if self.target is None:
-            raise ValueError('%s has no target' % type(self).__name__)
-        self._use_database_file()
-        if self.target.privsep_in_process:
+        use_database_file(self)
+        if self.privsep_in_process:
             cinder.privsep.sys_admin_pctxt.set_client_mode(False)
             self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode,
                             True)
-        super(CinderHarness, self).setUp()
+        super(CinderServices, self).setUp()
         self.api.create_type(self._vol_type_name)
         self.driver = self.volume.manager.driver
         self.ctxt = context.get_admin_context()
-        self.probe = self.target.get_probe()
-        self.caps = self.target.capabilities(self.driver)
-        self.target.resolved = dict(self.caps)
-
-    def _use_database_file(self):
-        use_database_file(self)
 
     def _get_flags(self):
-        f = super(CinderHarness, self)._get_flags()
+        f = super(CinderServices, self)._get_flags()
         f['default_volume_type'] = {'v': self._vol_type_name}
-        f['volume_driver'] = {'v': self.target.driver_path, 'g': BACKEND}
-        # The reconciler would cut a reset's leak on its own and outlive
-        # this check's services: the rules prove the driver's own paths.
+        # The reconciler would outlive these services in this process and
+        # cut a reset's leak on its own: who wants it turns it on.
         f['forcedetach_reconcile_interval'] = {'v': 0, 'g': BACKEND}
-        f.update(self.target.register_options())
-        f.update(self.target.extra_flags)
         return f
 
     def _start_api_service(self):
         # pip installs api-paste.ini under <venv>/etc, not next to cinder/.
         paste = os.path.join(sys.prefix, 'etc', 'cinder', 'api-paste.ini')
         if not os.path.exists(paste):
-            return super(CinderHarness, self)._start_api_service()
+            return super(CinderServices, self)._start_api_service()
         with fixtures.MonkeyPatch('os.path.abspath', lambda p: paste
                                   if p.endswith('api-paste.ini') else
                                   os.path.normpath(p)):
-            super(CinderHarness, self)._start_api_service()
-
-    # -- Cinder, as Nova drives it ------------------------------------------
+            super(CinderServices, self)._start_api_service()
 
     def connector(self, host):
-        return self.target.connector_factory(host, self.caps.get('protocol'))
+        """The connector *host* sends (as os-brick builds it for Nova)."""
+        raise NotImplementedError()
 
-    def wait_volume(self, volume_id, statuses, timeout=60):
+    # -- waiting -------------------------------------------------------------
+
+    def _wait_status(self, get, kind, resource_id, statuses, timeout):
         deadline = time.monotonic() + timeout
         while True:
-            vol = self.api.get_volume(volume_id)
-            if vol['status'] in statuses or time.monotonic() > deadline:
-                return vol
+            found = get(resource_id)
+            if found['status'] in statuses:
+                return found
+            if time.monotonic() > deadline:
+                self.fail('%s %s stayed %s, wanted %s' % (
+                    kind, resource_id, found['status'], statuses))
             time.sleep(0.05)
 
-    def create_volume(self, multiattach=False, size=1):
-        body = {'size': size}
-        if multiattach:
-            body['volume_type'] = self.multiattach_type()
-        vol = self.api.post_volume({'volume': body})
-        vol = self.wait_volume(vol['id'], ('available', 'error'))
-        if vol['status'] != 'available':
-            raise RuntimeError('volume %s is %s after create' % (
-                vol['id'], vol['status']))
-        return vol['id']
+    def wait_volume(self, volume_id, statuses, timeout=60):
+        """The volume once its status is one of *statuses*; else fail."""
+        return self._wait_status(self.api.get_volume, 'volume', volume_id,
+                                 statuses, timeout)
 
-    def multiattach_type(self, name='conformance-multiattach'):
+    def wait_snapshot(self, snapshot_id, statuses=('available', 'error'),
+                      timeout=60):
+        return self._wait_status(self.api.get_snapshot, 'snapshot',
+                                 snapshot_id, statuses, timeout)
+
+    # -- Cinder, as Nova and operators drive it ------------------------------
+
+    def create_volume(self, size=1, **extra):
+        """A new volume, once ``available`` or ``error``."""
+        body = {'size': size}
+        body.update(extra)
+        vol = self.api.post_volume({'volume': body})
+        return self.wait_volume(vol['id'], ('available', 'error'))
+
+    def multiattach_type(self, name='forcedetach-multiattach'):
+        """A volume type whose volumes may be attached to several hosts."""
         types = [t['name'] for t in self.api.api_get('/types')['volume_types']]
         if name not in types:
             self.api.api_post('/types', {'volume_type': {
@@ -365,6 +377,7 @@ class CinderHarness(functional_helpers._FunctionalTestBase):
         return name
 
     def reserve(self, volume_id):
+        """An attachment without a connector (Nova's reservation)."""
         return self.api.api_post('/attachments', {'attachment': {
             'volume_uuid': volume_id}})['attachment']
 
@@ -372,18 +385,21 @@ class CinderHarness(functional_helpers._FunctionalTestBase):
         return self.api.api_put('/attachments/%s' % attachment_id,
                                 {'attachment': {'connector': connector}})
 
-    def attach(self, volume_id, host, instance=None):
-        """Attachment create + os-complete for *host*; the attachment.
+    def attach(self, volume_id, host, complete=True, instance=None):
+        """Attachment create (+ os-complete) for *host*; the attachment.
 
         *instance*: the server's id, as Nova sends it (default: none).
+        Its ``connection_info`` is what the driver granted.
         """
         body = {'volume_uuid': volume_id, 'connector': self.connector(host)}
         if instance:
             body['instance_uuid'] = instance
         att = self.api.api_post('/attachments',
                                 {'attachment': body})['attachment']
-        self.api.api_post('/attachments/%s/action' % att['id'],
-                          {'os-complete': {}}, check_response_status=[204])
+        if complete:
+            self.api.api_post('/attachments/%s/action' % att['id'],
+                              {'os-complete': {}},
+                              check_response_status=[204])
         return att
 
     def reset_status(self, volume_id, **body):
@@ -398,6 +414,18 @@ class CinderHarness(functional_helpers._FunctionalTestBase):
                           {'os-reset_status': body},
                           check_response_status=[202])
 
+    def force_detach_api(self, volume_id, connector=None, attachment_id=None,
+                         status=202, service=False):
+        """os-force_detach; *service*: as a service (Nova's token)."""
+        body = {'os-force_detach': {}}
+        if connector is not None:
+            body['os-force_detach']['connector'] = connector
+        if attachment_id:
+            body['os-force_detach']['attachment_id'] = attachment_id
+        return self.api.api_post('/volumes/%s/action' % volume_id, body,
+                                 check_response_status=[status],
+                                 headers=SERVICE_HEADERS if service else {})
+
     def db_volume(self, volume_id):
         return objects.Volume.get_by_id(self.ctxt, volume_id)
 
@@ -407,3 +435,42 @@ class CinderHarness(functional_helpers._FunctionalTestBase):
         return (vol.status, vol.attach_status,
                 sorted((a.id, a.attach_status)
                        for a in vol.volume_attachment))
+
+
+class CinderHarness(CinderServices):
+    """The kit's services: the volume service loads ``target``'s driver.
+
+    A subclass sets the class attribute ``target`` (a :class:`Target`).
+    """
+
+    _vol_type_name = 'conformance'
+    target = None
+
+    def setUp(self):
+        if self.target is None:
+            raise ValueError('%s has no target' % type(self).__name__)
+        self.privsep_in_process = self.target.privsep_in_process
+        super(CinderHarness, self).setUp()
+        self.probe = self.target.get_probe()
+        self.caps = self.target.capabilities(self.driver)
+        self.target.resolved = dict(self.caps)
+
+    def _get_flags(self):
+        f = super(CinderHarness, self)._get_flags()
+        f['volume_driver'] = {'v': self.target.driver_path, 'g': BACKEND}
+        f.update(self.target.register_options())
+        f.update(self.target.extra_flags)
+        return f
+
+    def connector(self, host):
+        return self.target.connector_factory(host, self.caps.get('protocol'))
+
+    def create_volume(self, multiattach=False, size=1):
+        """The id of a new ``available`` volume (else RuntimeError)."""
+        extra = {'volume_type': self.multiattach_type(
+            'conformance-multiattach')} if multiattach else {}
+        vol = super(CinderHarness, self).create_volume(size, **extra)
+        if vol['status'] != 'available':
+            raise RuntimeError('volume %s is %s after create' % (
+                vol['id'], vol['status']))
+        return vol['id']

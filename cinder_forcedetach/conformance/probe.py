@@ -27,9 +27,12 @@ read one block (:meth:`AccessProbe.write_block`,
 :meth:`AccessProbe.read_block`): a write of a host that was cut off must
 not land.
 
-Ours: :class:`TgtProbe` (tgtd targets of
-:class:`~cinder_forcedetach.drivers.iscsi.TgtISCSIDriver`, with a live
-qemu-io/libiscsi session per attached host),
+A probe reads the backend its own way, never through the driver's code:
+a bug there would otherwise hide from the kit what it hides from the
+driver.  Ours: :class:`TgtProbe` (tgtd targets of
+:class:`~cinder_forcedetach.drivers.iscsi.TgtISCSIDriver`, read with
+``tgtadm`` and :func:`read_tgt_listing`, with a live qemu-io/libiscsi
+session per attached host),
 :class:`FCArrayProbe` (LUN masking of
 :class:`~cinder_forcedetach.drivers.fc.FibreChannelDriver`'s array) and
 :class:`cinder_forcedetach.conformance.rbd_probe.RBDProbe` (watchers and
@@ -38,6 +41,8 @@ images, with a live librbd client per host).
 """
 
 import importlib
+import os
+import subprocess
 
 from cinder_forcedetach.arrays import base as array_base
 from cinder_forcedetach.conformance import initiator as initiator_mod
@@ -138,12 +143,100 @@ def client_for(clients, volume, connector):
     return None
 
 
-class TgtProbe(AccessProbe):
-    """The volume's tgt target: ACL entries, address rules and sessions.
+class TgtTarget(object):
+    """One target of a tgtd listing, as :func:`read_tgt_listing` reads it.
 
-    Works for any driver with ``target`` (a
-    :class:`~cinder_forcedetach.targets.base.ExportTarget`) and
-    ``target_name(volume)``, as our tgt driver has.
+    ``sessions``: the text after ``Initiator:`` of each I_T nexus (the
+    initiator name, then `` alias: ...``); ``luns``: LUN -> backing store
+    path; ``acls``: every entry of the ACL section as printed (initiator
+    names and address rules alike); ``accounts``: bound CHAP accounts.
+    """
+
+    def __init__(self, tid, name):
+        self.tid, self.name = tid, name
+        self.state = None
+        self.sessions, self.luns, self.accounts, self.acls = [], {}, [], []
+
+    def __repr__(self):
+        return ('TgtTarget(%d, %r, state=%r, sessions=%r, luns=%r, '
+                'accounts=%r, acls=%r)' % (
+                    self.tid, self.name, self.state, self.sessions,
+                    self.luns, self.accounts, self.acls))
+
+
+def read_tgt_listing(listing):
+    """``tgtadm --lld iscsi --op show --mode target`` -> [TgtTarget].
+
+    The kit's own reading, independent of any driver's parser.  tgtd
+    prints each target as a header at the start of a line (``Target
+    <tid>: <name>``), its sections 4 spaces in (``ACL information:``),
+    their entries 8 spaces in (``I_T nexus: 1``, ``LUN: 1``, an account,
+    an ACL entry) and an entry's details 12 spaces in (``Initiator: ...``,
+    ``Backing store path: ...``); LUN numbers are kept as printed.  Lines
+    end at ``\\n`` only, as tgtd ends them; everything else (connections,
+    LUN details) is skipped.
+    """
+    targets, target, section, lun = [], None, None, None
+    for line in listing.split('\n'):
+        if line.startswith('Target '):
+            tid, sep, name = line[len('Target '):].partition(': ')
+            if not sep or not tid.isdigit():
+                raise ProbeError('unexpected line in the tgtd listing: %r'
+                                 % line)
+            target, section, lun = TgtTarget(int(tid), name), None, None
+            targets.append(target)
+            continue
+        text = line.lstrip(' ')
+        depth = len(line) - len(text)
+        key, _sep, value = text.partition(': ')
+        if target is None or not text:
+            continue
+        if depth == 4 and text.endswith(' information:'):
+            section = text[:-len(' information:')]
+        elif depth == 8 and section == 'System' and key == 'State':
+            target.state = value
+        elif depth == 8 and section == 'I_T nexus' and key == 'I_T nexus':
+            target.sessions.append('')
+        elif (depth == 12 and section == 'I_T nexus' and
+              key == 'Initiator' and target.sessions):
+            target.sessions[-1] = value
+        elif depth == 8 and section == 'LUN' and key == 'LUN':
+            lun = value
+            target.luns[lun] = None
+        elif (depth == 12 and section == 'LUN' and
+              key == 'Backing store path' and lun is not None):
+            target.luns[lun] = value
+        elif depth == 8 and section == 'Account':
+            target.accounts.append(text)
+        elif depth == 8 and section == 'ACL':
+            target.acls.append(text)
+    return targets
+
+
+def is_initiator_name(entry):
+    """An ACL entry naming one initiator (else an address rule: ALL...)."""
+    return entry[:4].lower() in ('iqn.', 'eui.', 'naa.')
+
+
+class TgtProbe(AccessProbe):
+    """The volume's tgt targets: ACL entries, address rules and sessions.
+
+    Reads tgtd itself (``tgtadm --lld iscsi --op show --mode target`` on
+    the backend's control port, parsed by :func:`read_tgt_listing`), never
+    through the driver's own parser: a parser bug that hides an ACL entry
+    or a session from the driver does not hide it from the kit.  The
+    volume's targets are those named ``driver.target_name(volume)`` and
+    any whose LUN is backed by ``driver.local_path(volume)``.  A host has
+    access when one of them has its initiator name in its ACL, a session
+    (I_T nexus) of that initiator, or an address rule (any ACL entry that
+    is not an iSCSI name: ``ALL``, an address, a network); whatever the
+    target's state.  The control port is the backend's
+    ``forcedetach_tgt_control_port`` (else ``driver.target.control_port``,
+    else tgtd's default 0); ``tgtadm``: the command run (the kit runs as
+    root; set e.g. ``('sudo', '-n', 'tgtadm')`` otherwise).
+
+    Works for any driver with ``target_name(volume)`` (and
+    ``local_path(volume)``), as our tgt driver has.
 
     Each attached host is a live initiator
     (:class:`~.initiator.QemuIoInitiator`, qemu-io over libiscsi) that
@@ -158,27 +251,69 @@ class TgtProbe(AccessProbe):
     """
 
     write_timeout = 3
+    tgtadm = ('tgtadm',)
+    #: seconds ``tgtadm`` may take.
+    tgtadm_timeout = 30
 
     def __init__(self):
         self.clients = []
 
     @staticmethod
-    def _state(driver, volume):
-        return driver.target.find(driver.target_name(volume))
+    def control_port(driver):
+        conf = getattr(driver, 'configuration', None)
+        try:
+            port = getattr(conf, 'forcedetach_tgt_control_port', None)
+        except Exception:
+            port = None
+        if port is None:
+            port = getattr(getattr(driver, 'target', None), 'control_port',
+                           None)
+        return int(port or 0)
+
+    def listing(self, driver):
+        """tgtd's listing of every target, as ``tgtadm`` prints it."""
+        argv = list(self.tgtadm) + [
+            '-C', str(self.control_port(driver)), '--lld', 'iscsi',
+            '--op', 'show', '--mode', 'target']
+        try:
+            proc = subprocess.run(argv, capture_output=True, check=False,
+                                  timeout=self.tgtadm_timeout)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise ProbeError('%s: %s' % (' '.join(argv), err))
+        if proc.returncode:
+            raise ProbeError('%s exited %d: %s' % (
+                ' '.join(argv), proc.returncode,
+                proc.stderr.decode(errors='replace').strip()))
+        return proc.stdout.decode(errors='replace')
+
+    def targets(self, driver, volume):
+        """The volume's targets as tgtd has them now (see the class)."""
+        name = driver.target_name(volume)
+        local_path = getattr(driver, 'local_path', None)
+        path = (os.path.realpath(local_path(volume))
+                if callable(local_path) else None)
+        return [t for t in read_tgt_listing(self.listing(driver))
+                if t.name == name or path in (
+                    os.path.realpath(p) for p in t.luns.values()
+                    if p and p != 'None')]
 
     def host_has_access(self, driver, volume, connector):
-        state = self._state(driver, volume)
-        if state is None:
-            return False
-        if state.address_acls:
-            # initiator-address ALL (or an address or network): any
-            # initiator name from there logs in.
-            return True
         initiator = (connector or {}).get('initiator')
-        return initiator in state.initiators
+        for target in self.targets(driver, volume):
+            if not all(map(is_initiator_name, target.acls)):
+                # initiator-address ALL (or an address or network): any
+                # initiator name from there logs in.
+                return True
+            if not initiator:
+                continue
+            if initiator in target.acls or any(
+                    s == initiator or s.startswith(initiator + ' alias: ')
+                    for s in target.sessions):
+                return True
+        return False
 
     def exported(self, driver, volume):
-        return self._state(driver, volume) is not None
+        return bool(self.targets(driver, volume))
 
     # -- live initiators ---------------------------------------------------
 

@@ -62,7 +62,9 @@ class _Result(unittest.TestResult):
 
     def addSuccess(self, test):
         super(_Result, self).addSuccess(test)
-        self._row(test, PASS)
+        # What the check noted (suite.ConformanceChecks.note), e.g. R6's
+        # HTTP statuses and what Cinder left of the volume.
+        self._row(test, PASS, '. '.join(getattr(test, '_notes', None) or ()))
 
     def _failed(self, test, err, kind):
         exc = err[1]

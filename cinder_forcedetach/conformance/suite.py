@@ -209,10 +209,19 @@ class ConformanceChecks(harness.CinderHarness):
 
     rule = None
 
+    def setUp(self):
+        #: what :meth:`note` recorded (the runner puts it in the row).
+        self._notes = []
+        super(ConformanceChecks, self).setUp()
+
     # -- helpers -------------------------------------------------------------
 
     def fail_rule(self, message):
         self.fail('%s: %s' % (self.rule, message))
+
+    def note(self, text):
+        """Text for the check's row in the report, also when it passes."""
+        self._notes.append(text)
 
     def expect(self, condition, message):
         if not condition:
@@ -582,39 +591,81 @@ class ConformanceChecks(harness.CinderHarness):
             yield connector, extra
 
     def _refused(self, volume_id, extra, send):
+        """Send a hostile connector: refused, and nothing exported to it.
+
+        Returns ``(HTTP status, what Cinder's database has then)``.  The
+        status is not the proof: Cinder answers 500 to any error of the
+        volume service, an input error of the driver on attachment create
+        as well as an ``initialize_connection`` that failed after
+        ``create_export`` made the export.  So whatever the status (400 or
+        500), the probe reads the backend: the volume is not exported (no
+        target, mapping or client) and the hostile host has no access (no
+        ACL entry, session or grant).
+        """
         try:
             send()
         except client.OpenStackApiException as err:
             status = err.response.status_code
-            self.expect(status in (400, 500), 'connector %r got HTTP %s' % (
-                extra, status))
         else:
             self.fail_rule('Cinder\'s API accepted connector %r' % (extra,))
+        self.expect(status in (400, 500), 'connector %r got HTTP %s' % (
+            extra, status))
+        what = ('got HTTP 500 (an error, not a refusal as such)'
+                if status == 500 else 'was refused (HTTP %s)' % status)
         bad = self.connector(HOST1)
         bad.update(extra)
         volume = self.db_volume(volume_id)
         self.expect(not self.probe.exported(self.driver, volume),
-                    'after connector %r was refused the probe says the '
-                    'volume is exported' % (extra,))
+                    'connector %r %s and the probe says the volume is '
+                    'exported' % (extra, what))
         self.expect(not self.probe.host_has_access(self.driver, volume, bad),
-                    'after connector %r was refused the probe says that '
-                    'host has access' % (extra,))
+                    'connector %r %s and the probe says that host has '
+                    'access' % (extra, what))
+        return status, (volume.status, tuple(sorted(
+            a.attach_status for a in volume.volume_attachment)))
+
+    def _note_refusals(self, call, seen):
+        """The pass row's text: the statuses seen and what Cinder left.
+
+        *seen*: ``[(status, (volume status, attachment statuses))]``.
+        """
+        counts = {}
+        for status, _db in seen:
+            counts[status] = counts.get(status, 0) + 1
+        text = ', '.join('HTTP %s x%d' % kv for kv in sorted(counts.items()))
+        left = sorted({db for status, db in seen if status == 500})
+        if left:
+            volume = '/'.join(sorted({v for v, _a in left}))
+            text += (', volume left %s (attachment %s): Cinder maps a '
+                     'driver\'s input error on %s to HTTP 500 and leaves the '
+                     'volume %s; no refusal as such' % (
+                         volume, '/'.join(sorted({','.join(a) or 'none'
+                                                  for _v, a in left})),
+                         call, volume))
+        self.note('%s; the probe read the backend: nothing exported to the '
+                  '%d connectors' % (text, len(seen)))
 
     def test_R6_attachment_create_refuses_bad_connectors(self):
         self.rule = 'R6 bad connector refused (attachment create)'
+        seen = []
         for connector, extra in self.hostile_connectors():
             volume_id = self.new_volume()
-            self._refused(volume_id, extra, lambda: self.api.api_post(
-                '/attachments', {'attachment': {'volume_uuid': volume_id,
-                                                'connector': connector}}))
+            seen.append(self._refused(
+                volume_id, extra, lambda: self.api.api_post(
+                    '/attachments', {'attachment': {
+                        'volume_uuid': volume_id, 'connector': connector}})))
+        self._note_refusals('attachment create', seen)
 
     def test_R6_attachment_update_refuses_bad_connectors(self):
         self.rule = 'R6 bad connector refused (attachment update)'
         volume_id = self.new_volume()
         att = self.reserve(volume_id)
+        seen = []
         for connector, extra in self.hostile_connectors():
-            self._refused(volume_id, extra, lambda: self.update_attachment(
-                att['id'], connector))
+            seen.append(self._refused(volume_id, extra,
+                                      lambda: self.update_attachment(
+                                          att['id'], connector)))
+        self._note_refusals('attachment update', seen)
 
     # -- R7 -------------------------------------------------------------------
 

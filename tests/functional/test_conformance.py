@@ -15,7 +15,7 @@
 Real backends: tgtd on loopback for
 :class:`~cinder_forcedetach.drivers.iscsi.TgtISCSIDriver`, the SQLite
 reference array behind Cinder's real ZoneManager on the emulated fabric of
-:mod:`tests.functional.fc_fabric` for
+:mod:`tests.support.fc_fabric` for
 :class:`~cinder_forcedetach.drivers.fc.FibreChannelDriver`.  Each run of
 the kit starts Cinder's API, scheduler and volume service per check.
 The tgt driver's run goes through the CLI, as a vendor's does (a
@@ -33,6 +33,12 @@ On tgt every host the kit attaches is a live qemu-io/libiscsi session
 (:class:`~cinder_forcedetach.conformance.probe.TgtProbe`), so a driver that
 unbinds the ACL and leaves the session fails the checks that ask whether a
 host was cut off, and R8 sees whether a cut host's write lands.
+The tgt probe reads tgtd's listing itself (``tgtadm``), not through the
+driver's parser: with that parser forged to hide a host's ACL entry, the
+driver leaves the entry and the kit fails it, where the probe that read
+through the driver's parser (:class:`HeadTgtProbe`) passed.  R6 checks the
+backend after every refusal, a 500 (what Cinder answers on attachment
+create to a driver's input error, leaving the volume reserved) as a 400.
 """
 
 import os
@@ -48,12 +54,14 @@ from cinder_forcedetach.arrays import sqlite as array_sqlite
 from cinder_forcedetach.conformance import harness
 from cinder_forcedetach.conformance import probe
 from cinder_forcedetach.conformance import runner
+from cinder_forcedetach.conformance import suite
 from cinder_forcedetach.drivers import fc  # noqa: F401
 from cinder_forcedetach.drivers import iscsi
 from cinder_forcedetach.privileged import tgt as privileged_tgt
+from cinder_forcedetach.targets import tgt
 from tests import fakes
-from tests.functional import fc_fabric
 from tests.functional import fixtures as fd_fixtures
+from tests.support import fc_fabric
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -117,6 +125,84 @@ class NoGrantFenceDriver(iscsi.TgtISCSIDriver):
 
     def volume_holders(self, volume):
         return None
+
+
+class LateRefusalDriver(NoopRemoveExportDriver):
+    """Broken: checks the connector only after Cinder made the export.
+
+    Cinder calls validate_connector, create_export, initialize_connection
+    in turn: this driver refuses in initialize_connection (Cinder answers
+    500 and calls remove_export), and its remove_export leaves the target.
+    """
+
+    def validate_connector(self, connector):
+        pass
+
+    def initialize_connection(self, volume, connector):
+        super(LateRefusalDriver, self).validate_connector(connector)
+        return super(LateRefusalDriver, self).initialize_connection(
+            volume, connector)
+
+
+class ForgedParser(object):
+    """The driver's parser, forged: it hides what tgtd still has.
+
+    Patched over :func:`cinder_forcedetach.targets.tgt.parse_targets`, it
+    drops *host*'s ACL entries from every target, so the driver's revoke
+    of *host* closes its session but leaves its entry in tgtd (the host
+    may log in again).  Once the driver revoked *host* on a target
+    (:class:`ForgedListingDriver` says so), it drops *host*'s sessions
+    there too: the live initiator logs back in through the leftover
+    entry, and a probe reading through this parser must not see it by
+    chance, depending on when it reads, but never.
+    """
+
+    def __init__(self, host):
+        self.suffix = ':' + host
+        self.real = tgt.parse_targets
+        self.revoked = set()
+
+    def __call__(self, output, only=None):
+        targets = self.real(output, only)
+        for name, state in targets.items():
+            state.acls = [a for a in state.acls
+                          if not a.endswith(self.suffix)]
+            if name in self.revoked:
+                state.sessions = [s for s in state.sessions
+                                  if not s.initiator.endswith(self.suffix)]
+        return targets
+
+
+class ForgedListingDriver(iscsi.TgtISCSIDriver):
+    """Our driver, reading tgtd through :attr:`forged` (a ForgedParser)."""
+
+    forged = None
+
+    def revoke_host_access(self, volume, connector):
+        result = super(ForgedListingDriver, self).revoke_host_access(
+            volume, connector)
+        if connector is not None:
+            self.forged.revoked.add(self.target_name(volume))
+        return result
+
+
+class HeadTgtProbe(probe.TgtProbe):
+    """The tgt probe before issue 24 item 6: read by the driver's parser.
+
+    Kept to show what it missed: with :class:`ForgedParser` it sees
+    no leftover entry and the kit passes a driver that leaves one.
+    """
+
+    def host_has_access(self, driver, volume, connector):
+        state = driver.target.find(driver.target_name(volume))
+        if state is None:
+            return False
+        if state.address_acls:
+            return True
+        return (connector or {}).get('initiator') in state.initiators
+
+    def exported(self, driver, volume):
+        return driver.target.find(driver.target_name(volume)) is not None
 
 
 def _summary(rows):
@@ -193,8 +279,8 @@ class TgtConformanceTestCase(_KitTestCase):
                 'target_ip_address': '127.0.0.1',
                 'target_port': str(self.tgtd.port)}
 
-    def target(self, driver=TGT_DRIVER):
-        return harness.Target(driver, self.options(), probe=probe.TgtProbe)
+    def target(self, driver=TGT_DRIVER, probe_class=probe.TgtProbe):
+        return harness.Target(driver, self.options(), probe=probe_class)
 
     def targets(self):
         return {line for line in self.tgtd.tgtadm(
@@ -276,6 +362,85 @@ class TgtConformanceTestCase(_KitTestCase):
                     ('R7', 'force_detach_by_attachment_id')):
             self.assertEqual(runner.PASS, rows[key].result,
                              '%s %s: %s' % (key + (rows[key].message,)))
+
+    def test_forged_listing_hides_a_leftover_acl_only_from_the_driver(self):
+        """The probe reads tgtd itself: a parser bug cannot hide from it.
+
+        The driver's parser drops conformance-host1's ACL entry, so its
+        revoke of host 1 leaves that entry in tgtd.  HEAD's probe, which
+        read through the same parser, saw nothing and passed; ours reads
+        tgtadm's listing and fails the driver.
+        """
+        host1 = 'conformance-host1'
+        forged = ForgedParser(host1)
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.targets.tgt.parse_targets', forged))
+        self.useFixture(fixtures.MonkeyPatch(
+            __name__ + '.ForgedListingDriver.forged', forged))
+        rules = ['R1', 'R3', 'R7']
+        blind = self.run_kit(self.target(
+            ForgedListingDriver, probe_class=HeadTgtProbe), rules=rules)
+        self.assertTrue(runner.passed(blind), _summary(blind))
+        self.assertEqual(8, len(blind), _summary(blind))
+        rows = self.results(self.run_kit(self.target(ForgedListingDriver),
+                                         rules=rules))
+        still = 'R3 a host Cinder keeps keeps its access: the probe says %s ' \
+            'still has access' % host1
+        failed = {
+            ('R1', 'idempotent_revoke_one_host'):
+                'R1 idempotent revoke_host_access(one host): the probe says '
+                '%s kept its access after revoke_host_access(volume, %s)' % (
+                    host1, host1),
+            ('R3', 'force_detach_one_host_keeps_the_other'): still,
+            ('R3', 'attachment_delete_keeps_the_other'): still,
+        }
+        for key, row in rows.items():
+            wanted = (runner.NA if key in NOT_APPLICABLE else
+                      runner.FAIL if key in failed else runner.PASS)
+            self.assertEqual((wanted, failed.get(key, row.message)),
+                             (row.result, row.message), '%s %s' % key)
+        # The flow's remove_export deletes the target, entry and all: R7
+        # passes.
+
+    def test_r6_says_what_cinder_does_with_a_refused_connector(self):
+        """What Cinder really answers, and leaves, on our driver's refusal.
+
+        The driver refuses each hostile connector in validate_connector
+        (InvalidConnectorException): Cinder's volume manager raises
+        InvalidInput, which attachment update answers with 400 but
+        attachment create with 500, after it reserved the volume.
+        """
+        rows = self.results(self.run_kit(self.target(), rules=['R6']))
+        n = len(suite.HOSTILE_COMMON) + len(suite.HOSTILE['iscsi'])
+        self.assertEqual(
+            (runner.PASS, 'HTTP 500 x%d, volume left reserved (attachment '
+             'reserved): Cinder maps a driver\'s input error on attachment '
+             'create to HTTP 500 and leaves the volume reserved; no refusal '
+             'as such; the probe read the backend: nothing exported to the '
+             '%d connectors' % (n, n)),
+            (rows[('R6', 'attachment_create_refuses_bad_connectors')].result,
+             rows[('R6', 'attachment_create_refuses_bad_connectors')]
+             .message))
+        self.assertEqual(
+            (runner.PASS, 'HTTP 400 x%d; the probe read the backend: nothing '
+             'exported to the %d connectors' % (n, n)),
+            (rows[('R6', 'attachment_update_refuses_bad_connectors')].result,
+             rows[('R6', 'attachment_update_refuses_bad_connectors')]
+             .message))
+
+    def test_r6_500_after_an_export_fails(self):
+        """A 500 is no refusal: the export a late refusal left fails R6."""
+        self.addCleanup(self.remove_new_targets, self.targets())
+        rows = self.results(self.run_kit(self.target(LateRefusalDriver),
+                                         rules=['R6']))
+        for call in ('create', 'update'):
+            row = rows[('R6', 'attachment_%s_refuses_bad_connectors' % call)]
+            self.assertEqual(runner.FAIL, row.result, row.message)
+            self.assertEqual(
+                'R6 bad connector refused (attachment %s): connector '
+                '{\'host\': \'conformance-bad\\ninitiator-address=ALL\'} got '
+                'HTTP 500 (an error, not a refusal as such) and the probe '
+                'says the volume is exported' % call, row.message)
 
     def test_driver_without_grant_fence_fails_r8(self):
         rows = self.results(self.run_kit(self.target(NoGrantFenceDriver),

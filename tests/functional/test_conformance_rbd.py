@@ -14,7 +14,7 @@
 
 :class:`~cinder_forcedetach.drivers.rbd.RBDDriver` (upstream's RBD driver
 with our fencing) in Cinder's in-process services, on the cluster of
-:func:`tests.functional.ceph.get_cluster`, read by
+:func:`tests.support.ceph.get_cluster`, read by
 :class:`~cinder_forcedetach.conformance.rbd_probe.RBDProbe`: each attached
 host is a live librbd client in a subprocess, bound by the tests' shim to
 the host's own loopback address; access is a watcher of the image header
@@ -30,8 +30,8 @@ from cinder_forcedetach.conformance import harness
 from cinder_forcedetach.conformance import rbd_probe
 from cinder_forcedetach.conformance import runner
 from cinder_forcedetach.drivers import rbd as rbd_driver
-from tests.functional import ceph
 from tests.functional import test_conformance
+from tests.support import ceph
 
 try:
     import rbd

@@ -20,7 +20,7 @@ privsep daemon that really runs ``tee``, ``dd``, ``blockdev`` and
 ``scsi_id``; loop devices on the volume files, written through.
 
 Emulated, because this machine has no FC HBA, no FC switch and no SCSI
-subsystem in its kernel (:mod:`tests.functional.fc_fabric` says how): the
+subsystem in its kernel (:mod:`tests.support.fc_fabric` says how): the
 switch behind the zone manager, each host's ``/sys`` and ``/dev`` (a
 private mount namespace), ``/lib/udev/scsi_id``, and the kernel's answer to
 the ``scan`` and ``delete`` writes os-brick makes.  A host's device
@@ -53,7 +53,7 @@ from cinder_forcedetach import exception
 from cinder_forcedetach.flows import force_detach as flow
 from tests import fakes
 from tests.functional import base
-from tests.functional import fc_fabric
+from tests.support import fc_fabric
 
 CONF = cfg.CONF
 DRIVER = 'cinder_forcedetach.drivers.fc.FibreChannelDriver'

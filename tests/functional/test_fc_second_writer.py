@@ -44,7 +44,7 @@ Cinder's ZoneManager and FCSanLookupService; the SQLite reference array
 daemon; loop devices on the sparse volume files, written through.
 
 Emulated, because this machine has no FC HBA, no FC switch and no SCSI
-subsystem (:mod:`tests.functional.fc_fabric`): the switch behind the zone
+subsystem (:mod:`tests.support.fc_fabric`): the switch behind the zone
 manager (zones are rows of a SQLite file), each host's HBAs as its
 ``/sys`` and ``/dev`` in a private mount namespace, ``/lib/udev/scsi_id``,
 and the kernel (a separate process) that answers os-brick's ``scan`` and
@@ -72,8 +72,8 @@ from unittest import mock
 from cinder.db import api as db
 
 from cinder_forcedetach import grant_fence
-from tests.functional import fc_fabric
 from tests.functional import test_fc
+from tests.support import fc_fabric
 
 BLOCK = 4096
 INSTANCE_X = '11111111-1111-4111-8111-111111111111'

@@ -3,13 +3,13 @@
 Nothing is faked on the storage side: the module brings up its own Ceph
 (``tools/ceph-dev.sh up`` in a private directory, on free ports, with
 client.cinder allowed to lift blocklist entries), once per test process,
-and purges it at the end (:func:`tests.functional.ceph.get_cluster`).
+and purges it at the end (:func:`tests.support.ceph.get_cluster`).
 Cinder's API, scheduler and volume services run in-process (the harness
 of :mod:`tests.functional.base` without tgtd) and load
 ``cinder_forcedetach.drivers.rbd.RBDDriver``.
 
 A "host" holding a volume is a real librbd client: a Python subprocess
-(:class:`tests.functional.ceph.Writer`) that opens the image from the
+(:class:`tests.support.ceph.Writer`) that opens the image from the
 attachment's connection_info (monitor addresses + user, as os-brick
 would) and writes numbered blocks in a loop, printing the result of each
 write.  Each compute host gets its own loopback address (127.0.0.11,
@@ -49,7 +49,7 @@ from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach.flows import force_detach as flow
 from tests import fakes
 from tests.functional import base
-from tests.functional import ceph
+from tests.support import ceph
 
 try:
     import rados

@@ -15,7 +15,7 @@
 Real Cinder services in-process loading
 ``cinder_forcedetach.drivers.rbd.RBDDriver`` on the real single-node Ceph
 of :mod:`.test_rbd`; every "host" is a live librbd client
-(:class:`tests.functional.ceph.Writer`) bound by the LD_PRELOAD shim to its
+(:class:`tests.support.ceph.Writer`) bound by the LD_PRELOAD shim to its
 host's own loopback address (compute1 127.0.0.11, compute2 127.0.0.12).
 Host A (compute1) holds five volumes, one of them multiattach and also
 held by host B (compute2); ``RBDDriver.fence_host(ctx, A, volumes)``
@@ -40,8 +40,8 @@ import time
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.ceph import fencing
 from cinder_forcedetach import exception as fd_exception
-from tests.functional import ceph
 from tests.functional import test_rbd
+from tests.support import ceph
 
 HOST_IPS = ceph.HOST_IPS
 connector_for = test_rbd.connector_for

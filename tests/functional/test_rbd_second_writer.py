@@ -15,7 +15,7 @@
 What operators do, through Cinder's real API (in-process API, scheduler
 and volume services loading ``cinder_forcedetach.drivers.rbd.RBDDriver``)
 on the real single-node Ceph of :mod:`.test_rbd`, with live librbd clients
-(:class:`tests.functional.ceph.Writer` subprocesses, each bound by the
+(:class:`tests.support.ceph.Writer` subprocesses, each bound by the
 LD_PRELOAD shim to its host's own loopback address, 127.0.0.11 for
 compute1, .12 for compute2, .13 for compute3): host A attached and
 writing, then ``os-reset_status`` (``cinder reset-state --state available
@@ -50,8 +50,8 @@ import time
 from cinder.db import api as db
 
 from cinder_forcedetach import grant_fence
-from tests.functional import ceph
 from tests.functional import test_rbd
+from tests.support import ceph
 
 BLOCK = ceph.BLOCK
 INSTANCE_X = '11111111-1111-4111-8111-111111111111'

@@ -56,6 +56,38 @@ HOST_IPS = {'compute1': '127.0.0.11', 'compute2': '127.0.0.12',
 MON_ADDRS = ('127.0.0.1', '127.0.0.2')
 
 
+def make_rbd_driver(cls, group, cluster):
+    """A driver of *cls* on *cluster*, configured in section *group*.
+
+    Configured before it is built: upstream's RBD driver reads its
+    settings in ``__init__``.  For the benchmarks, which run the drivers
+    without Cinder's services.
+    """
+    from cinder import context
+    from cinder.volume import configuration
+    from cinder.volume import driver as cinder_driver
+    from cinder.volume.drivers import rbd as upstream_rbd
+    from oslo_config import cfg
+
+    from cinder_forcedetach.drivers import rbd as rbd_driver
+
+    conf = cfg.CONF
+    for opts in (cinder_driver.volume_opts, upstream_rbd.RBD_OPTS,
+                 rbd_driver.rbd_opts):
+        conf.register_opts(opts, group)
+    for key, value in (('rbd_ceph_conf', cluster.conf),
+                       ('rbd_user', cluster.user),
+                       ('rbd_pool', cluster.pool),
+                       ('volume_backend_name', group),
+                       ('forcedetach_rbd_keyring', cluster.keyring)):
+        conf.set_override(key, value, group)
+    driver = cls(configuration=configuration.Configuration(
+        cinder_driver.volume_opts, config_group=group))
+    driver.do_setup(context.get_admin_context())
+    driver.check_for_setup_error()
+    return driver
+
+
 def pick_mon_ports():
     """Two distinct ports (monitor msgr v1, v2) free where the mon may be."""
     return fakes.free_tcp_ports(2, addrs=MON_ADDRS)

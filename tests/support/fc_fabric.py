@@ -647,7 +647,7 @@ class CommandRecorder(pylogging.Handler):
 
 
 def host_main(fabric_dir, host, op):
-    """Entry point of ``python -m tests.functional.fc_fabric host ...``."""
+    """Entry point of ``python -m tests.support.fc_fabric host ...``."""
     import os_brick
     from oslo_concurrency import lockutils
     from oslo_log import log as logging

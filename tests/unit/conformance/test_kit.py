@@ -27,7 +27,6 @@ from cinder_forcedetach.conformance import probe
 from cinder_forcedetach.conformance import runner
 from cinder_forcedetach.conformance import suite
 from cinder_forcedetach.drivers import iscsi
-from cinder_forcedetach.targets import base as target_base
 
 TGT = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
 
@@ -170,11 +169,19 @@ class Vol(object):
 class ProbeTestCase(testtools.TestCase):
 
     def test_tgt(self):
+        # The probe reads tgtd's listing itself (test_tgt_probe has real
+        # ones), not the driver's target: FakeTarget is not asked.
+        listing = ['Target 1: iqn.x:volume-1',
+                   '    I_T nexus information:',
+                   '        I_T nexus: 1',
+                   '            Initiator: iqn.b alias: none',
+                   '    ACL information:',
+                   '        iqn.a']
+        self.useFixture(fixtures.MockPatchObject(
+            probe.TgtProbe, 'listing', lambda _self, driver: '\n'.join(
+                listing)))
         p = probe.TgtProbe()
-        state = target_base.TargetState(tid=1, name='iqn.x:volume-1',
-                                        acls=['iqn.a'])
-        state.sessions.append(target_base.Session(1, 'iqn.b', [1]))
-        driver = FakeDriver(state)
+        driver = FakeDriver(None)
         self.assertTrue(p.exported(driver, Vol()))
         self.assertTrue(p.host_has_access(driver, Vol(), {'initiator':
                                                           'iqn.a'}))
@@ -182,10 +189,11 @@ class ProbeTestCase(testtools.TestCase):
                                                           'iqn.b'}))
         self.assertFalse(p.host_has_access(driver, Vol(), {'initiator':
                                                            'iqn.c'}))
-        state.address_acls.append('ALL')
+        listing.append('        ALL')
         self.assertTrue(p.host_has_access(driver, Vol(), {'initiator':
                                                           'iqn.c'}))
-        self.assertFalse(p.exported(FakeDriver(None), Vol()))
+        del listing[:]
+        self.assertFalse(p.exported(driver, Vol()))
 
     def test_fc(self):
         p = probe.FCArrayProbe()
