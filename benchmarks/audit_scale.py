@@ -419,8 +419,8 @@ class RealTgtd(object):
     """The real tgtd: started on free ports, killed by its pid."""
 
     def __init__(self, workdir):
-        from tests.functional import fixtures as fd_fixtures
-        self.daemon = fd_fixtures.Tgtd(workdir)
+        from tests.support import tgtd as tgtd_daemon
+        self.daemon = tgtd_daemon.Tgtd(workdir)
         self.backing = os.path.join(workdir, 'shared-lun.img')
         self.started = False
 
@@ -460,9 +460,9 @@ class RealTgtd(object):
         proc = self.daemon.proc
         if proc is not None and proc.poll() is None:
             self.daemon.kill()
-        from tests.functional import fixtures as fd_fixtures
+        from tests.support import tgtd as tgtd_daemon
         for suffix in ('', '.lock'):
-            path = os.path.join(fd_fixtures.TGTD_SOCKET_DIR, 'socket.%d%s' % (
+            path = os.path.join(tgtd_daemon.TGTD_SOCKET_DIR, 'socket.%d%s' % (
                 self.daemon.control_port, suffix))
             if os.path.exists(path):
                 os.unlink(path)

@@ -105,8 +105,10 @@ from oslo_concurrency import lockutils  # noqa: E402
 from oslo_concurrency import processutils  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 
+from cinder_forcedetach.conformance import initiator as initiator_mod  # noqa: E402,E501
 from cinder_forcedetach.drivers import iscsi  # noqa: E402
-from tests.functional import fixtures as fd_fixtures  # noqa: E402
+from cinder_forcedetach.tools import stack  # noqa: E402
+from tests.support import tgtd as tgtd_daemon  # noqa: E402
 
 CONF = cfg.CONF
 LOCK_PATH = '/run/lock/cinder-forcedetach-tgtd-port0.lock'
@@ -188,8 +190,7 @@ class NoVolumeRows(object):
 # -- the daemon --------------------------------------------------------------
 
 def tgtadm(*args):
-    return subprocess.run(('tgtadm', '-C', str(CONTROL_PORT), '--lld',
-                           'iscsi') + args, capture_output=True, text=True)
+    return stack.tgtadm(CONTROL_PORT, *args, check=False)
 
 
 def take_port0_lock():
@@ -209,7 +210,7 @@ def start_tgtd(workdir):
         sys.exit('a tgtd already answers on control port 0; this benchmark '
                  'needs its own there (upstream\'s helper has no -C): stop '
                  'it first')
-    daemon = fd_fixtures.Tgtd(workdir)
+    daemon = tgtd_daemon.Tgtd(workdir)
     daemon.control_port = CONTROL_PORT
     daemon.start()
     return daemon
@@ -279,12 +280,16 @@ class Initiator(object):
                 'lun=%d' % info['target_lun'],
                 'initiator-name=%s' % CONNECTOR['initiator'],
                 'user=%s' % info['auth_username'], 'password-secret=chap0']
+        # libiscsi's error log on: a refused re-login says so (see
+        # cinder_forcedetach.conformance.initiator).
         self.proc = subprocess.Popen(
             ['qemu-io', '--object', 'secret,id=chap0,file=%s' % secret,
              '--image-opts', ','.join(opts)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT)
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, LIBISCSI_DEBUG='1'))
         self.reply = None
+        self.buffer = b''
 
     def kill(self):
         if self.proc.poll() is None:
@@ -306,7 +311,8 @@ def converse(initiators, line, timeout):
     """Send *line* (None: just wait for the prompt) to all; collect replies.
 
     ``reply`` is the output up to the next prompt, or None when the
-    initiator exited or did not answer within *timeout*.
+    initiator exited or did not answer within *timeout*; ``buffer`` keeps
+    what it printed meanwhile (libiscsi's refused re-logins).
     """
     poller, pending = select.poll(), {}
     for ini in initiators:
@@ -351,12 +357,26 @@ def log_in(infos, secret_dir, timeout):
 
 
 def write_all(initiators, pattern, timeout):
-    """Each writes 4 KiB; returns (acknowledged, failed, no answer)."""
+    """Each writes 4 KiB; returns (acknowledged, refused, unproven).
+
+    Refused: a positive signal (qemu-io's ``write failed: ...``, or
+    libiscsi's log of the target refusing or resetting the session's
+    re-login while the write waited).  Unproven: no answer and no refusal
+    (a time-out, an exited initiator, an unknown answer): never a cut.
+    """
     replies = converse(initiators, 'write -P 0x%02x %d %d' % (
         pattern[0], pattern[1], BLOCK), timeout)
-    acked = sum(1 for r in replies if r is not None and 'wrote ' in r)
-    hung = sum(1 for r in replies if r is None)
-    return acked, len(replies) - acked - hung, hung
+    acked = refused = 0
+    for ini, reply in zip(initiators, replies):
+        if reply is not None and re.search(r'^wrote ', reply, re.M):
+            acked += 1
+        elif reply is not None and re.search(r'^write failed: ', reply,
+                                             re.M):
+            refused += 1
+        elif reply is None and ini.proc.poll() is None and (
+                initiator_mod.refusal(ini.buffer.decode(errors='replace'))):
+            refused += 1
+    return acked, refused, len(replies) - acked - refused
 
 
 def landed(paths, pattern):
@@ -621,7 +641,7 @@ HEADER = ('%5s  %-8s  %10s  %9s  %7s  %8s  %8s  %16s  %12s  %10s  %6s' % (
     'N', 'side', 'teardown', 'per vol', 'targets', 'sessions', 'CHAP',
     'held writes', 'bytes landed', 'new logins', 'errors'))
 HEADER2 = ('%5s  %-8s  %10s  %9s  %7s  %8s  %8s  %16s  %12s  %10s  %6s' % (
-    '', '', 's', 'ms', 'left', 'left', 'accts', 'ok/err/hung', 'held/new',
+    '', '', 's', 'ms', 'left', 'left', 'accts', 'ok/refus/unprv', 'held/new',
     'ok/tried', ''))
 
 
@@ -865,8 +885,11 @@ def goals(sizes, results):
     safe = True
     for n in sizes:
         o, u = results[n, 'ours'], results.get((n, 'upstream'))
+        # Every held write refused, positively: an acknowledged one, or
+        # one with no refusal seen (time-out, exited), fails the check.
         clean = (o['after'][1] == 0 and o['sessions_after_write'] == 0 and
-                 o['held_landed'] + o['new_landed'] == 0)
+                 o['held_landed'] + o['new_landed'] == 0 and
+                 o['held_write'][0] == 0 and o['held_write'][2] == 0)
         safe = safe and clean and o['errors'] == 0 and o['after'] == (
             0, 0, 0) and o['new_logins'] == 0
         parts = []
@@ -885,10 +908,12 @@ def goals(sizes, results):
             ' > %.0f (NOT met)' % GOAL_MS_PER_VOLUME)
             if n == GOAL_MS_AT else ''))
         parts.append('ours after teardown: %d sessions, %d bytes landed, '
-                     '%d new logins (%s)' % (
+                     '%d new logins, held writes %d acknowledged / %d '
+                     'refused / %d unproven (%s)' % (
                          max(o['after'][1], o['sessions_after_write']),
                          o['held_landed'] + o['new_landed'], o['new_logins'],
-                         'met' if clean else 'NOT met'))
+                         o['held_write'][0], o['held_write'][1],
+                         o['held_write'][2], 'met' if clean else 'NOT met'))
         if u is not None:
             parts.append('upstream: %d sessions, %d bytes landed, %d new '
                          'logins, %d CHAP accounts left' % (

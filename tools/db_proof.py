@@ -48,7 +48,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from tests import fakes  # noqa: E402
-from tests.functional import test_cluster as tc  # noqa: E402
+from tests.support import cluster as tc  # noqa: E402
 
 STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
 

@@ -47,7 +47,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
-from tests.functional import test_cluster as tc  # noqa: E402
+from tests.support import cluster as tc  # noqa: E402
 
 HOSTS = ['soak-h%d' % i for i in range(1, 5)]
 TRANSITIONS = ('attaching', 'detaching', 'reserved', 'creating', 'deleting')
@@ -164,13 +164,13 @@ class Soak(object):
         try:
             getattr(self, name)()
         except tc.ApiError as err:
-            refused = REFUSAL in tc._reason(err.body)
+            refused = REFUSAL in tc.reason_of(err.body)
             with self.lock:
                 self.errors['%s %s%s' % (
                     name, err.status, ' refused' if refused else '')] += 1
                 if err.status >= 500 and not refused:
                     self.http500 += 1
-                    print('500 on %s: %s' % (name, tc._reason(err.body)),
+                    print('500 on %s: %s' % (name, tc.reason_of(err.body)),
                           flush=True)
         except CliFailed as err:
             with self.lock:

@@ -19,31 +19,23 @@ oslo.messaging's ``fake:/`` transport and SQLite; the volume service loads
 this test started.  Tooz locks are real (file backend).
 """
 
-import os
-import sys
-import time
 
-from cinder import context
-from cinder import objects
-import cinder.privsep
-from cinder.tests.functional import functional_helpers
 from cinder.volume import configuration
 import fixtures
 from oslo_config import cfg
 
 # Imported before flags are set, so that its options are registered.
 from cinder_forcedetach.conformance import harness
+from cinder_forcedetach.conformance import initiator as qemu_io
 from cinder_forcedetach.conformance import suite
 from cinder_forcedetach.drivers import iscsi  # noqa: F401
-from tests.functional import fixtures as fd_fixtures
+from tests.support import cutoff
+from tests.support import tgtd as tgtd_daemon
 
 CONF = cfg.CONF
 DRIVER = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
 BACKEND = configuration.SHARED_CONF_GROUP
-# What keystonemiddleware sets for a request with a valid service token
-# (this API runs with noauth): Cinder's bug 2004555 guard then lets a
-# service detach an attachment Nova holds.
-SERVICE = {'X-Service-Roles': 'service'}
+SERVICE = harness.SERVICE_HEADERS
 
 
 #: The exit status of a child a crash test kills with ``os._exit``.
@@ -76,63 +68,22 @@ def connector_for(host, **extra):
     return connector
 
 
-class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
+class CinderServicesTestCase(harness.CinderServices):
     """Cinder API + scheduler + volume services loading one of our drivers.
 
-    Subclasses set the backend's flags in ``_get_flags``.  The database is
-    a file rather than ``sqlite://`` so that a forked child (the crash
-    tests, a host's volume-service process) sees the services' database.
+    The kit's harness (:class:`~cinder_forcedetach.conformance.harness.
+    CinderServices`) with our tests' connectors; subclasses set the
+    backend's flags in ``_get_flags``.
     """
 
-    MOCK_TOOZ = False
-    _osapi_version = '3.70'
+    def connector(self, host):
+        return connector_for(host)
 
-    def setUp(self):
-        self._use_database_file()
-        super(CinderServicesTestCase, self).setUp()
-        self.api.create_type(self._vol_type_name)
-        self.driver = self.volume.manager.driver
-        self.ctxt = context.get_admin_context()
-
-    def _use_database_file(self):
-        # The same file as the conformance kit's harness: one per process.
-        harness.use_database_file(self)
-
-    def _get_flags(self):
-        f = super(CinderServicesTestCase, self)._get_flags()
-        f['default_volume_type'] = {'v': self._vol_type_name}
-        # The reconciler would outlive this test's services in the test
-        # process and audit the next test's volumes: tests that want it
-        # (test_reconciler) turn it on.
-        f['forcedetach_reconcile_interval'] = {'v': 0, 'g': BACKEND}
-        return f
-
-    def _start_api_service(self):
-        # pip installs api-paste.ini under <venv>/etc, not next to cinder/.
-        paste = os.path.join(sys.prefix, 'etc', 'cinder', 'api-paste.ini')
-        with fixtures.MonkeyPatch('os.path.abspath', lambda p: paste
-                                  if p.endswith('api-paste.ini') else
-                                  os.path.normpath(p)):
-            super(CinderServicesTestCase, self)._start_api_service()
-
-    def _wait_status(self, get, kind, resource_id, statuses, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = get(resource_id)
-            if found['status'] in statuses:
-                return found
-            time.sleep(0.1)
-        self.fail('%s %s stayed %s, wanted %s' % (
-            kind, resource_id, found['status'], statuses))
-
-    def wait_volume(self, volume_id, statuses, timeout=30):
-        return self._wait_status(self.api.get_volume, 'volume', volume_id,
-                                 statuses, timeout)
-
-    def wait_snapshot(self, snapshot_id, statuses=('available', 'error'),
-                      timeout=30):
-        return self._wait_status(self.api.get_snapshot, 'snapshot',
-                                 snapshot_id, statuses, timeout)
+    def attach(self, volume_id, host, complete=True, instance=None):
+        """Attachment API (3.27+) as Nova drives it; returns (att, info)."""
+        att = super(CinderServicesTestCase, self).attach(
+            volume_id, host, complete=complete, instance=instance)
+        return att, att['connection_info']
 
     def revert(self, volume_id, snapshot_id):
         """os-revert (3.40) to *snapshot_id*; waits until available."""
@@ -141,72 +92,23 @@ class CinderServicesTestCase(functional_helpers._FunctionalTestBase):
                           check_response_status=[202])
         return self.wait_volume(volume_id, ('available',))
 
-    def create_volume(self, size=1, **extra):
-        body = {'size': size}
-        body.update(extra)
-        vol = self.api.post_volume({'volume': body})
-        return self.wait_volume(vol['id'], ('available', 'error'))
-
-    def multiattach_type(self, name='forcedetach-multiattach'):
-        """A volume type whose volumes may be attached to several hosts."""
-        types = [t['name'] for t in self.api.api_get('/types')['volume_types']]
-        if name not in types:
-            self.api.api_post('/types', {'volume_type': {
-                'name': name, 'extra_specs': {'multiattach': '<is> True'}}})
-        return name
-
-    def db_volume(self, volume_id):
-        return objects.Volume.get_by_id(self.ctxt, volume_id)
-
-    def host_connector(self, host):
-        """The connector *host* sends (as os-brick builds it for Nova)."""
-        return connector_for(host)
-
-    def attach(self, volume_id, host, complete=True, instance=None):
-        """Attachment API (3.27+) as Nova drives it; returns (att, info)."""
-        body = {'volume_uuid': volume_id,
-                'connector': self.host_connector(host)}
-        if instance:
-            body['instance_uuid'] = instance
-        att = self.api.api_post('/attachments',
-                                {'attachment': body})['attachment']
-        if complete:
-            self.api.api_post('/attachments/%s/action' % att['id'],
-                              {'os-complete': {}},
-                              check_response_status=[204])
-        return att, att['connection_info']
-
-    def reset_status(self, volume_id, **body):
-        """``os-reset_status`` as an operator (or Horizon) sends it."""
-        self.api.api_post('/volumes/%s/action' % volume_id,
-                          {'os-reset_status': body},
-                          check_response_status=[202])
-
-    def force_detach_api(self, volume_id, connector=None, attachment_id=None,
-                         status=202, service=False):
-        """os-force_detach; *service*: as a service (Nova's token)."""
-        body = {'os-force_detach': {}}
-        if connector is not None:
-            body['os-force_detach']['connector'] = connector
-        if attachment_id:
-            body['os-force_detach']['attachment_id'] = attachment_id
-        return self.api.api_post('/volumes/%s/action' % volume_id, body,
-                                 check_response_status=[status],
-                                 headers=SERVICE if service else {})
+    def assert_detached(self, volume_id):
+        """Cinder: available, detached, no attachment left."""
+        self.assertEqual(('available', 'detached', []),
+                         self.db_state(volume_id))
 
 
 class CinderTgtTestCase(CinderServicesTestCase):
     """Our iSCSI driver in Cinder's services, on a real tgtd."""
 
     _vol_type_name = 'forcedetach'
+    # We are root: tgtadm runs in this process, not through a privsep
+    # daemon (Cinder's harness forbids starting one).
+    privsep_in_process = True
 
     def setUp(self):
         self.volumes_dir = self.useFixture(fixtures.TempDir()).path
-        self.tgtd = self.useFixture(fd_fixtures.TgtdFixture()).tgtd
-        # We are root: tgtadm runs in this process, not through a privsep
-        # daemon (Cinder's harness forbids starting one).
-        cinder.privsep.sys_admin_pctxt.set_client_mode(False)
-        self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode, True)
+        self.tgtd = self.useFixture(tgtd_daemon.TgtdFixture()).tgtd
         super(CinderTgtTestCase, self).setUp()
         self.initiators = []
         self.addCleanup(self._close_initiators)
@@ -228,13 +130,38 @@ class CinderTgtTestCase(CinderServicesTestCase):
         data = connection_info
         if 'data' in data:
             data = data['data']
-        session = fd_fixtures.QemuIoInitiator(
+        session = qemu_io.QemuIoInitiator(
             data['target_portal'], data['target_iqn'], initiator_name(host),
             data.get('auth_username'), data.get('auth_password'),
             lun=data['target_lun'])
         self.initiators.append(session)
-        self.assertTrue(session.write(0x5a), 'initiator could not write')
+        # The volume whose backing store its cut-off check reads.
+        session.volume_id = data.get('volume_id') or (
+            data['target_iqn'].rsplit('volume-', 1)[-1])
+        # Its first write is the control of a cut-off check that follows
+        # (tests with more between call control_write again).
+        cutoff.control_write(self, session, 0x5a)
         return session
+
+    def backing_path(self, volume_id):
+        return self.driver.local_path(self.db_volume(volume_id))
+
+    def control_write(self, session, pattern=0x5a, offset=0):
+        """A control write on *session* right before a teardown."""
+        return cutoff.control_write(self, session, pattern, offset)
+
+    def assert_cut_off(self, session, pattern=0xee, offset=None,
+                       volume_id=None, control=None, read=False,
+                       backing=None):
+        """:func:`.cutoff.assert_cut_off` on the volume's backing file.
+
+        *control*: the session's last control write unless given.
+        """
+        if backing is None:
+            backing = self.backing_path(volume_id or session.volume_id)
+        return cutoff.assert_cut_off(
+            self, session, backing, pattern, offset,
+            control or getattr(session, 'control', None), read=read)
 
     def _close_initiators(self):
         for session in self.initiators:

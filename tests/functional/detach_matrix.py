@@ -22,11 +22,11 @@ id, [(attachment id, host, live client)])`` -> the live attachment ids,
 and ``connector_for(host)``.
 """
 
-import time
 
 from cinder.tests.functional.api import client
 
 from cinder_forcedetach.audit import evidence
+from tests.support import waiting
 
 LAYOUTS = {
     'single': ['compute1'],
@@ -72,14 +72,11 @@ class DetachMatrix(object):
     def wait_host_revoked(self, vol_id, host, timeout=10):
         """Until the driver's holders of the volume no longer show *host*."""
         keys = evidence.connector_keys(self.connector_for(host))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            holders = self.driver.volume_holders(self.db_volume(vol_id))
-            if not any(h.keys & keys for h in holders):
-                return
-            time.sleep(0.1)
-        self.fail('%s still holds volume %s %d s after the detach' % (
-            host, vol_id, timeout))
+        waiting.wait_for(
+            lambda: not any(h.keys & keys for h in self.driver.volume_holders(
+                self.db_volume(vol_id))), timeout,
+            '%s to hold volume %s no more after the detach' % (host, vol_id),
+            interval=0.1)
 
     def setup_layout(self, layout):
         """A volume attached as *layout* says, a live client per host."""

@@ -36,7 +36,9 @@ tests:
   on it is plugged in where Cinder looks up its image service
   (``cinder.image.glance.get_default_image_service``, which
   ``get_remote_image_service`` also uses for plain image ids).  Patching
-  that lookup is the one substitution: Glance cannot run here.  Its
+  that lookup is the one substitution: real Glance runs in the box
+  (``test_stack_nova``, tempest), but these tests need images it would
+  refuse or serve too well (crafted headers, failing reads).  Its
   ``get_location`` returns the HTTP URL, which the driver must never read
   itself: image data comes from ``download()``, as upstream.
 
@@ -73,7 +75,7 @@ from cinder_forcedetach.cmd import manage
 from tests import fakes
 from tests.functional import base
 
-SERVICE = {'X-Service-Roles': 'service'}
+SERVICE = base.SERVICE
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -428,11 +430,6 @@ class ApiFlowTestCase(base.CinderTgtTestCase):
             att.attach_status = attach_status
             att.save()
 
-    def db_state(self, volume_id):
-        volume = self.db_volume(volume_id)
-        return (volume.status, volume.attach_status,
-                sorted(a.id for a in volume.volume_attachment))
-
     def spy(self, *names):
         """Record calls of driver methods (the real methods still run)."""
         calls = []
@@ -449,8 +446,7 @@ class ApiFlowTestCase(base.CinderTgtTestCase):
     # -- assertions ----------------------------------------------------------
 
     def assert_detached(self, volume_id):
-        self.assertEqual(('available', 'detached', []),
-                         self.db_state(volume_id))
+        super(ApiFlowTestCase, self).assert_detached(volume_id)
         self.assertEqual('available',
                          self.api.get_volume(volume_id)['status'])
 
@@ -459,9 +455,13 @@ class ApiFlowTestCase(base.CinderTgtTestCase):
                           'tgtd still exports volume %s' % volume_id)
 
     def assert_fenced(self, session):
-        """The old initiator's next write and read get no success."""
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
-        self.assertNotEqual(True, session.read(0x5a, timeout=3))
+        """The old initiator's next write and read are refused.
+
+        Positively (a time-out fails), and no byte of the write reaches
+        the volume; the session's last control write is the one before
+        the teardown.
+        """
+        self.assert_cut_off(session, 0xee, read=True)
 
     def assert_reattachable(self, volume_id, host='compute9'):
         """The volume attaches elsewhere and still holds the old data."""
@@ -477,7 +477,7 @@ class ApiFlowTestCase(base.CinderTgtTestCase):
         att, info, inst = self.nova_attach(vol['id'], host, complete=complete,
                                            nova_knows=nova_knows)
         session = self.login(info, host)
-        self.assertTrue(session.write(0x5a, offset=4096))
+        self.control_write(session, 0x5a, offset=4096)
         state = self.target_state(vol['id'])
         self.assertEqual([base.initiator_name(host)], state.acls)
         self.assertEqual(1, len(state.sessions))
@@ -505,15 +505,15 @@ class ForceDetachUseCasesTestCase(ApiFlowTestCase):
 
     def test_uc2_attaching_exported_and_connected(self):
         vol_id, att, inst, session = self.live_volume(complete=False)
-        self.assertEqual(('attaching', 'attaching', [att['id']]),
-                         self.db_state(vol_id))
+        self.assertEqual(('attaching', 'attaching',
+                          [(att['id'], 'attaching')]), self.db_state(vol_id))
 
         # Nova still has the block device: without a service token the
         # bug-2004555 guard refuses, and nothing changes.
         self.force_detach(vol_id, attachment_id=att['id'], expect=409)
-        self.assertEqual(('attaching', 'attaching', [att['id']]),
-                         self.db_state(vol_id))
-        self.assertTrue(session.write(0x5a, offset=4096))
+        self.assertEqual(('attaching', 'attaching',
+                          [(att['id'], 'attaching')]), self.db_state(vol_id))
+        self.control_write(session, 0x5a, offset=4096)
 
         self.force_detach(vol_id, attachment_id=att['id'], service=True)
 
@@ -541,12 +541,12 @@ class ForceDetachUseCasesTestCase(ApiFlowTestCase):
     def test_uc4_detaching_still_exported_and_connected(self):
         vol_id, att, inst, session = self.live_volume()
         self.set_db_state(vol_id, 'detaching')
-        self.assertEqual(('detaching', 'attached', [att['id']]),
-                         self.db_state(vol_id))
+        self.assertEqual(('detaching', 'attached',
+                          [(att['id'], 'attached')]), self.db_state(vol_id))
 
         self.force_detach(vol_id, attachment_id=att['id'], expect=409)
-        self.assertTrue(session.write(0x5a, offset=4096))
         self.assertIsNotNone(self.target_state(vol_id))
+        self.control_write(session, 0x5a, offset=4096)
 
         self.force_detach(vol_id, connector=base.connector_for('compute1'),
                           attachment_id=att['id'], service=True)
@@ -721,6 +721,7 @@ class MultiattachTestCase(ApiFlowTestCase):
         att_b, info_b, _ib = self.nova_attach(vol_id, 'compute2')
         a = self.login(info_a, 'compute1')
         b = self.login(info_b, 'compute2')
+        self.control_write(a)
         targets = self.driver.target.list_targets()
         self.assertEqual(1, len([t for t in targets if vol_id in t]))
         state = self.target_state(vol_id)
@@ -739,11 +740,12 @@ class MultiattachTestCase(ApiFlowTestCase):
         self.assert_fenced(a)
         self.assertEqual('in-use', self.api.get_volume(vol_id)['status'])
 
+        self.control_write(b, 0x42, offset=MiB)
         self.delete_attachment(att_b['id'])
 
         self.assert_no_target(vol_id)
         self.assert_detached(vol_id)
-        self.assertNotEqual(True, b.write(0x43, offset=MiB, timeout=3))
+        self.assert_cut_off(b, 0x43)
 
     def test_force_detach_one_host_keeps_the_other(self):
         vol_id = self.create_volume(
@@ -752,6 +754,7 @@ class MultiattachTestCase(ApiFlowTestCase):
         att_b, info_b, _ib = self.nova_attach(vol_id, 'compute2')
         a = self.login(info_a, 'compute1')
         b = self.login(info_b, 'compute2')
+        self.control_write(a)
 
         self.force_detach(vol_id, connector=base.connector_for('compute1'),
                           attachment_id=att_a['id'], service=True)
@@ -762,7 +765,8 @@ class MultiattachTestCase(ApiFlowTestCase):
         state = self.target_state(vol_id)
         self.assertIsNotNone(state, 'the shared export was removed')
         self.assertEqual([base.initiator_name('compute2')], state.acls)
-        self.assertEqual(('in-use', 'attached', [att_b['id']]),
+        self.assertEqual(('in-use', 'attached',
+                          [(att_b['id'], 'attached')]),
                          self.db_state(vol_id))
 
 

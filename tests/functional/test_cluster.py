@@ -44,15 +44,9 @@ import glob
 import json
 import os
 import random
-import re
-import shutil
 import signal
-import subprocess
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import ddt
 import hypothesis
@@ -60,15 +54,10 @@ from hypothesis import stateful
 from hypothesis import strategies
 import testtools
 
-from cinder_forcedetach.tools import stack as stack_mod
-from tests import fakes
-from tests.functional import fixtures as fd_fixtures
+from tests.support import cluster
+from tests.support import cutoff
+from tests.support import waiting
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
-DRIVER = 'tests.functional.faulty_driver.FaultyTgtISCSIDriver'
-IQN = 'iqn.2026-11.org.cinder-forcedetach.cluster:'
 #: Fault points on the path of Cinder's os-force_detach: after each task of
 #: our flow (run by terminate_connection), and after the driver calls.
 KILL_POINTS = (
@@ -86,250 +75,6 @@ REIMAGE_POINTS = ('after:discard_volume', 'after:write',
                   'after:copy_image_to_volume')
 PROPERTY_HOSTS = ('cluster-q1', 'cluster-q2')
 RACE_CASES = ('in_use_without_attachment', 'interrupted_force_detach')
-READY_LINE = 'Driver post RPC initialization completed successfully'
-
-
-class ApiError(Exception):
-    def __init__(self, status, body):
-        super(ApiError, self).__init__('%s: %s' % (status, body[:500]))
-        self.status = status
-        self.body = body
-
-
-def _reason(body):
-    """The message of an API error body, without ids."""
-    try:
-        message = list(json.loads(body).values())[0]['message']
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        message = body
-    return re.sub(r'[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}', 'ID',
-                  message)[:160]
-
-
-class ClusterBox(object):
-    """The box of this module: its state directory, API and processes."""
-
-    def __init__(self):
-        self.state = tempfile.mkdtemp(prefix='cfd-cluster-')
-        extra = os.path.join(self.state, 'extra.conf')
-        with open(extra, 'w') as f:
-            # A call whose volume service died answers within this time.
-            f.write('[DEFAULT]\nrpc_response_timeout = 30\n'
-                    # The tests and the soak create many volumes.
-                    'quota_volumes = 200\nquota_gigabytes = 2000\n')
-        self.env = fakes.box_env(self.state, glance=True, db='mariadb',
-                                 etcd=True)
-        self.env.update({
-            'STACK_BACKENDS': 'tgt=' + DRIVER,
-            'STACK_VOLUME_SERVICES': '2',
-            'STACK_EXTRA_CONF': extra,
-            # The volume services import the faulty driver from the tree.
-            'PYTHONPATH': REPO + (':' + os.environ['PYTHONPATH']
-                                  if os.environ.get('PYTHONPATH') else ''),
-        })
-        self.outputs = []
-
-    def stack(self, *args, timeout=900):
-        res = subprocess.run([STACK_SH] + list(args), env=self.env,
-                             capture_output=True, text=True, timeout=timeout)
-        self.outputs.append(res.stdout + res.stderr)
-        return res
-
-    def up(self):
-        res = self.stack('up')
-        if res.returncode:
-            raise AssertionError('stack up failed:\n' + res.stderr[-4000:])
-        with open(os.path.join(self.state, 'stack.json')) as f:
-            self.info = json.load(f)
-        return res
-
-    def down(self):
-        self.stack('down', timeout=300)
-        shutil.rmtree(self.state, ignore_errors=True)
-
-    # -- processes ----------------------------------------------------------
-
-    def record(self, name):
-        try:
-            with open(os.path.join(self.state, 'run', name + '.json')) as f:
-                return json.load(f)
-        except OSError:
-            return None
-
-    def alive(self, name):
-        rec = self.record(name)
-        return bool(rec) and stack_mod.is_alive(rec['pid'],
-                                                rec['start_time'])
-
-    def volume_services(self):
-        return ['cinder-volume-1', 'cinder-volume-2']
-
-    def ready_count(self, name):
-        try:
-            with open(os.path.join(self.state, 'logs', name + '.log')) as f:
-                return f.read().count(READY_LINE)
-        except OSError:
-            return 0
-
-    def restart_dead(self):
-        """``up`` again; wait until every restarted service is ready."""
-        before = {n: self.ready_count(n) for n in self.volume_services()}
-        dead = [n for n in self.volume_services() if not self.alive(n)]
-        self.up()
-        wait(lambda: all(self.ready_count(n) > before[n] for n in dead),
-             120, 'restarted %s ready' % dead)
-        return dead
-
-    # -- faults -------------------------------------------------------------
-
-    def arm(self, point):
-        faults = os.path.join(self.state, 'cinder', 'faults')
-        os.makedirs(faults, exist_ok=True)
-        with open(os.path.join(faults, 'armed.tmp'), 'w') as f:
-            f.write(point)
-        os.rename(os.path.join(faults, 'armed.tmp'),
-                  os.path.join(faults, 'armed'))
-
-    def disarm(self):
-        faults = os.path.join(self.state, 'cinder', 'faults')
-        for path in glob.glob(os.path.join(faults, '*')):
-            os.unlink(path)
-
-    def fired_pid(self):
-        found = glob.glob(os.path.join(self.state, 'cinder', 'faults',
-                                       'fired.*'))
-        return int(found[0].rsplit('.', 1)[1]) if found else None
-
-    # -- the API (noauth, admin) --------------------------------------------
-
-    def api(self, method, path, body=None, version='3.70', timeout=120):
-        info = self.info
-        url = 'http://%s:%d/v3/%s%s' % (info['host'], info['api_port'],
-                                        info['project_id'], path)
-        req = urllib.request.Request(
-            url, method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={'X-Auth-Token': 'admin:%s' % info['project_id'],
-                     'Content-Type': 'application/json',
-                     'OpenStack-API-Version': 'volume %s' % version})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                data = resp.read()
-        except urllib.error.HTTPError as err:
-            raise ApiError(err.code, err.read().decode(errors='replace'))
-        return json.loads(data) if data else {}
-
-    def volume(self, vol_id):
-        return self.api('GET', '/volumes/%s' % vol_id)['volume']
-
-    def wait_volume(self, vol_id, status, timeout=120):
-        wait(lambda: self.volume(vol_id)['status'] == status, timeout,
-             'volume %s %s' % (vol_id, status))
-
-    def create_volume(self, multiattach=False, image_id=None):
-        body = {'volume': {'size': 1, 'volume_type':
-                           'multiattach' if multiattach else 'tgt'}}
-        if image_id:
-            body['volume']['imageRef'] = image_id
-        vol = self.api('POST', '/volumes', body)['volume']
-        self.wait_volume(vol['id'], 'available')
-        return vol['id']
-
-    def upload_image(self, data, disk_format='raw'):
-        """An active image in the box's glance (no auth); returns its id."""
-        images = 'http://%s:%d/v2/images' % (self.info['host'],
-                                             self.info['glance_port'])
-        req = urllib.request.Request(images, method='POST', data=json.dumps({
-            'name': 'cluster-%d' % len(data), 'disk_format': disk_format,
-            'container_format': 'bare'}).encode(),
-            headers={'Content-Type': 'application/json'})
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            image_id = json.loads(resp.read())['id']
-        req = urllib.request.Request(
-            '%s/%s/file' % (images, image_id), method='PUT', data=data,
-            headers={'Content-Type': 'application/octet-stream'})
-        urllib.request.urlopen(req, timeout=120).close()
-        return image_id
-
-    def volume_bytes(self, vol_id, length):
-        """The first *length* bytes of the volume's file on the backend."""
-        path = os.path.join(self.state, 'volumes', 'tgt', 'volume-' + vol_id)
-        with open(path, 'rb') as f:
-            return f.read(length)
-
-    def attach(self, vol_id, host):
-        """Attach a host (no instance: the box has no Nova to ask).
-
-        Returns (attachment id, connection data).
-        """
-        att = self.api('POST', '/attachments', {'attachment': {
-            'volume_uuid': vol_id, 'connector': connector(host),
-            'mode': 'rw'}})['attachment']
-        self.api('POST', '/attachments/%s/action' % att['id'],
-                 {'os-complete': None})
-        return att['id'], att['connection_info']
-
-    def attachments(self, vol_id):
-        return self.api('GET', '/attachments?volume_id=%s' % vol_id)[
-            'attachments']
-
-    def manage(self, *args):
-        """The cinder-forcedetach CLI as an operator runs it."""
-        env = dict(self.env)
-        listed = self.stack('env').stdout
-        for key, value in re.findall(r'^export (\w+)=(\S+)$', listed,
-                                     re.MULTILINE):
-            if key != 'PATH':
-                env[key] = value
-        cli = os.path.join(self.info['venv'], 'bin', 'cinder-forcedetach')
-        res = subprocess.run([cli] + list(args), env=env,
-                             capture_output=True, text=True, timeout=300)
-        self.outputs.append(res.stdout + res.stderr)
-        return res
-
-    # -- the backend --------------------------------------------------------
-
-    def targets(self):
-        """{target name: set of initiator ACLs} of the box's tgtd."""
-        out = stack_mod.tgtadm(self.info['tgt_control_port'], '--op',
-                               'show', '--mode', 'target').stdout
-        found, name, in_acl = {}, None, False
-        for line in out.splitlines():
-            match = re.match(r'^Target \d+: (\S+)$', line)
-            if match:
-                name, in_acl = match.group(1), False
-                found[name] = set()
-            elif line.strip() == 'ACL information:':
-                in_acl = True
-            elif in_acl and line.startswith('        ') and name:
-                found[name].add(line.strip())
-        return found
-
-    def target_of(self, vol_id):
-        return {n: acls for n, acls in self.targets().items()
-                if n.endswith('volume-' + vol_id)}
-
-
-def connector(host):
-    return {'host': host, 'initiator': IQN + host, 'ip': '127.0.0.1',
-            'platform': 'x86_64', 'os_type': 'linux', 'multipath': False}
-
-
-def wait(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError('timed out after %ss waiting for %s' % (
-        timeout, what))
-
-
-def login(data, host):
-    return fd_fixtures.QemuIoInitiator(
-        data['target_portal'], data['target_iqn'], IQN + host,
-        data.get('auth_username'), data.get('auth_password'),
-        lun=data['target_lun'])
 
 
 @ddt.ddt
@@ -341,7 +86,7 @@ class ClusterTestCase(testtools.TestCase):
     @classmethod
     def setUpClass(cls):
         super(ClusterTestCase, cls).setUpClass()
-        cls.box = ClusterBox()
+        cls.box = cluster.ClusterBox()
         try:
             cls.box.up()
         except Exception:
@@ -374,10 +119,18 @@ class ClusterTestCase(testtools.TestCase):
         att_id, info = self.box.attach(vol_id, host)
         data = info if 'target_iqn' in info else info['data']
         self.secrets_seen.append(data.get('auth_password'))
-        session = login(data, host)
+        session = cluster.login(data, host)
         self.sessions.append(session)
-        self.assertTrue(session.write(0x5a), session.output)
+        # The control write of a cut-off check after the teardown.
+        cutoff.control_write(self, session, 0x5a)
         return vol_id, att_id, session
+
+    def assert_cut_off(self, vol_id, session):
+        """A positive refusal, and no byte of it on the volume's file."""
+        cutoff.assert_cut_off(
+            self, session, lambda offset, length: self.box.volume_bytes(
+                vol_id, offset + length)[offset:], 0xee,
+            control=session.control)
 
     def assert_detached(self, vol_id, session):
         """Cinder available, no attachment, no target, no session."""
@@ -385,16 +138,16 @@ class ClusterTestCase(testtools.TestCase):
         self.assertEqual([], [a for a in self.box.attachments(vol_id)
                               if a['status'] != 'detached'])
         self.assertEqual({}, self.box.target_of(vol_id))
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
+        self.assert_cut_off(vol_id, session)
 
     def assert_usable(self, vol_id):
         """Another host attaches (alone on the ACL), writes, detaches."""
         att_id, info = self.box.attach(vol_id, 'cluster-h2')
         data = info if 'target_iqn' in info else info['data']
         self.secrets_seen.append(data.get('auth_password'))
-        self.assertEqual([{IQN + 'cluster-h2'}],
+        self.assertEqual([{cluster.IQN + 'cluster-h2'}],
                          list(self.box.target_of(vol_id).values()))
-        session = login(data, 'cluster-h2')
+        session = cluster.login(data, 'cluster-h2')
         self.sessions.append(session)
         self.assertTrue(session.write(0x77), session.output)
         self.box.api('DELETE', '/attachments/%s' % att_id)
@@ -411,11 +164,9 @@ class ClusterTestCase(testtools.TestCase):
         first = threading.Thread(target=self._force_detach_quietly,
                                  args=(vol_id, att_id), daemon=True)
         first.start()
-        wait(lambda: self.box.fired_pid() is not None, 120,
-             'a volume service to reach %s' % point)
-        killed = self.box.fired_pid()
-        wait(lambda: not os.path.exists('/proc/%d' % killed) or
-             _zombie(killed), 30, 'pid %d to die' % killed)
+        waiting.wait_for(lambda: self.box.fired_pid() is not None, 120,
+                         'a volume service to reach %s' % point)
+        self.box.wait_killed(self.box.fired_pid())
         survivors = [n for n in self.box.volume_services()
                      if self.box.alive(n)]
         self.assertEqual(1, len(survivors), 'one service killed at %s' %
@@ -445,12 +196,13 @@ class ClusterTestCase(testtools.TestCase):
         first = threading.Thread(target=self._force_detach_quietly,
                                  args=(vol_id, att_id), daemon=True)
         first.start()
-        wait(lambda: self.box.fired_pid() is not None, 120,
-             'a volume service to reach %s' % point)
-        self.assertEqual(1, len(self.box.restart_dead()))
+        waiting.wait_for(lambda: self.box.fired_pid() is not None, 120,
+                         'a volume service to reach %s' % point)
+        self.assertEqual(1, len(self.box.restart_dead(
+            killed=self.box.fired_pid())))
         self.assertEqual('in-use', self.box.volume(vol_id)['status'])
         self.assertEqual({}, self.box.target_of(vol_id))
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
+        self.assert_cut_off(vol_id, session)
 
         rerun = self.box.manage('volume', 'force-detach', vol_id)
         self.assertEqual(0, rerun.returncode, rerun.stdout + rerun.stderr)
@@ -501,9 +253,9 @@ class ClusterTestCase(testtools.TestCase):
                         return kind, 'nothing to delete'
                     self.box.api('DELETE', '/attachments/%s' %
                                  rng.choice(live))
-            except ApiError as err:
+            except cluster.ApiError as err:
                 with lock:
-                    refused['%s %s: %s' % (kind, err.status, _reason(
+                    refused['%s %s: %s' % (kind, err.status, cluster.reason_of(
                         err.body))] += 1
                 return kind, err.status
             return kind, 'ok'
@@ -520,7 +272,7 @@ class ClusterTestCase(testtools.TestCase):
         print('teardowns by service: %s' % served)
         self.assertTrue(all(served.values()), served)
         for vol_id, multi in volumes:
-            wait(lambda: self.box.volume(vol_id)['status'] not in (
+            waiting.wait_for(lambda: self.box.volume(vol_id)['status'] not in (
                 'attaching', 'detaching'), 120, 'volume %s settles' % vol_id)
         audit = self.box.manage('--format', 'json', 'audit', '--no-nova',
                                 '--grace', '0', '--fix', '--config-file',
@@ -546,8 +298,9 @@ class ClusterTestCase(testtools.TestCase):
             acls = set().union(*self.box.target_of(vol_id).values()) \
                 if self.box.target_of(vol_id) else set()
             host_of = {a: h for _v, a, h in created}
-            self.assertEqual({IQN + host_of[a['id']] for a in live}, acls,
-                             'volume %s: ACLs and live attachments' % vol_id)
+            self.assertEqual({cluster.IQN + host_of[a['id']] for a in live},
+                             acls, 'volume %s: ACLs and live attachments'
+                             % vol_id)
             if volume['status'] == 'available':
                 self.assertEqual({}, self.box.target_of(vol_id))
         api_log = os.path.join(self.box.state, 'logs', 'cinder-api.log')
@@ -596,11 +349,9 @@ class ClusterTestCase(testtools.TestCase):
         self.box.arm(point)
         self.box.api('POST', '/volumes/%s/action' % vol_id,
                      {'os-reimage': {'image_id': new_id}})
-        wait(lambda: self.box.fired_pid() is not None, 120,
-             'a volume service to reach %s' % point)
-        killed = self.box.fired_pid()
-        wait(lambda: not os.path.exists('/proc/%d' % killed) or
-             _zombie(killed), 30, 'pid %d to die' % killed)
+        waiting.wait_for(lambda: self.box.fired_pid() is not None, 120,
+                         'a volume service to reach %s' % point)
+        self.box.wait_killed(self.box.fired_pid())
         self.assertEqual('downloading', self.box.volume(vol_id)['status'])
 
         self.box.api('POST', '/volumes/%s/action' % vol_id,
@@ -627,7 +378,7 @@ class ClusterTestCase(testtools.TestCase):
 
     def kill_etcd(self):
         os.kill(self.box.record('etcd')['pid'], signal.SIGKILL)
-        wait(lambda: not self.box.alive('etcd'), 30, 'etcd to die')
+        waiting.wait_for(lambda: not self.box.alive('etcd'), 30, 'etcd to die')
         self.addCleanup(lambda: self.box.alive('etcd') or self.box.up())
 
     def assert_failed_clean(self, failed, vol_id, target, session, byte):
@@ -673,8 +424,9 @@ class ClusterTestCase(testtools.TestCase):
         first = threading.Thread(target=lambda: result.update(
             res=self.box.manage('volume', 'force-detach', vol_id)))
         first.start()
-        wait(lambda: glob.glob(os.path.join(faults, 'paused.*')), 120,
-             'a volume service to pause after RecordTeardownTask')
+        waiting.wait_for(
+            lambda: glob.glob(os.path.join(faults, 'paused.*')), 120,
+            'a volume service to pause after RecordTeardownTask')
         self.kill_etcd()
         with open(os.path.join(faults, 'resume'), 'w'):
             pass
@@ -741,7 +493,7 @@ class ClusterTestCase(testtools.TestCase):
                     case.box.api('POST', '/volumes/%s/action' % self.vol,
                                  {'os-force_detach': {
                                      'attachment_id': att_id,
-                                     'connector': connector(host)}})
+                                     'connector': cluster.connector(host)}})
                 else:
                     for other in mine:
                         case.box.api('DELETE', '/attachments/%s' % other)
@@ -774,9 +526,9 @@ class ClusterTestCase(testtools.TestCase):
                     target=case._force_detach_quietly,
                     args=(self.vol, att_id), daemon=True)
                 first.start()
-                wait(lambda: case.box.fired_pid() is not None, 120,
-                     'a volume service to reach %s' % point)
-                case.box.restart_dead()
+                waiting.wait_for(lambda: case.box.fired_pid() is not None,
+                                 120, 'a volume service to reach %s' % point)
+                case.box.restart_dead(killed=case.box.fired_pid())
                 res = case.box.manage('volume', 'force-detach', self.vol)
                 assert res.returncode == 0, res.stdout + res.stderr
                 self.atts.clear()
@@ -795,8 +547,9 @@ class ClusterTestCase(testtools.TestCase):
             @stateful.invariant()
             def backend_agrees_with_cinder(self):
                 runs['checks'] += 1
-                wait(lambda: case.box.volume(self.vol)['status'] not in (
-                    'attaching', 'detaching', 'reserved'), 60, 'settled')
+                waiting.wait_for(
+                    lambda: case.box.volume(self.vol)['status'] not in (
+                        'attaching', 'detaching', 'reserved'), 60, 'settled')
                 status = case.box.volume(self.vol)['status']
                 targets = case.box.target_of(self.vol)
                 if status == 'available':
@@ -804,11 +557,11 @@ class ClusterTestCase(testtools.TestCase):
                     assert targets == {}, targets
                     return
                 acls = set().union(*targets.values()) if targets else set()
-                assert acls == {IQN + h for h, _d in self.atts.values()}, (
-                    acls, self.atts)
+                wanted = {cluster.IQN + h for h, _d in self.atts.values()}
+                assert acls == wanted, (acls, self.atts)
                 for host, data in {h: d for h, d
                                    in self.atts.values()}.items():
-                    session = login(data, host)
+                    session = cluster.login(data, host)
                     try:
                         assert session.write(0x42), session.output
                     finally:
@@ -859,13 +612,5 @@ class ClusterTestCase(testtools.TestCase):
             self.box.api('POST', '/volumes/%s/action' % vol_id,
                          {'os-force_detach': {'attachment_id': att_id}},
                          timeout=180)
-        except (ApiError, OSError):
+        except (cluster.ApiError, OSError):
             pass    # its volume service was killed: 500 after the timeout
-
-
-def _zombie(pid):
-    try:
-        with open('/proc/%d/stat' % pid) as f:
-            return f.read().rsplit(')', 1)[1].split()[0] == 'Z'
-    except OSError:
-        return True

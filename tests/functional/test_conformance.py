@@ -60,8 +60,8 @@ from cinder_forcedetach.drivers import iscsi
 from cinder_forcedetach.privileged import tgt as privileged_tgt
 from cinder_forcedetach.targets import tgt
 from tests import fakes
-from tests.functional import fixtures as fd_fixtures
 from tests.support import fc_fabric
+from tests.support import tgtd as tgtd_daemon
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -263,7 +263,7 @@ class TgtConformanceTestCase(_KitTestCase):
     def setUpClass(cls):
         super(TgtConformanceTestCase, cls).setUpClass()
         cls.tmp = tempfile.mkdtemp(prefix='conformance-tgt-')
-        cls.tgtd = fd_fixtures.Tgtd(cls.tmp)
+        cls.tgtd = tgtd_daemon.Tgtd(cls.tmp)
         cls.tgtd.start()
 
     @classmethod

@@ -94,7 +94,7 @@ class CinderFCTestCase(base.CinderServicesTestCase):
 
     # -- Cinder ------------------------------------------------------------
 
-    def host_connector(self, host):
+    def connector(self, host):
         if host.name not in self.connectors:
             self.connectors[host.name] = host.connector()
         return self.connectors[host.name]
@@ -126,12 +126,6 @@ class CinderFCTestCase(base.CinderServicesTestCase):
         zones = self.switch.zones()
         self.assertEqual({(w, t) for w in host.wwpns for t in TARGETS},
                          {(w, t) for w, t in zones if w in host.wwpns})
-
-    def assert_detached(self, volume_id):
-        vol = self.db_volume(volume_id)
-        self.assertEqual(('available', 'detached', []),
-                         (vol.status, vol.attach_status,
-                          [a.id for a in vol.volume_attachment]))
 
     def assert_db_unchanged(self, volume_id, att):
         vol = self.db_volume(volume_id)
@@ -240,7 +234,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
     def test_each_backend_step_twice(self):
         vol_id, att, _info, host, device = self.attached()
         volume = self.db_volume(vol_id)
-        connector = self.host_connector(host)
+        connector = self.connector(host)
         for _ in range(2):
             self.assertFalse(self.driver.revoke_host_access(volume,
                                                             connector))
@@ -262,7 +256,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
         _v, att_a, _i, host_a, dev_a = self.attached('compute1', vol_id)
         _v, att_b, _i, host_b, dev_b = self.attached('compute2', vol_id)
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
-                                 connector=self.host_connector(host_a))
+                                 connector=self.connector(host_a))
         self.assertEqual(['compute2'], self.hosts_of(vol_id))
         self.assertEqual(set(), self.zoned(host_a))
         self.assert_zoned(host_b)
@@ -359,7 +353,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
         self.assertEqual(['compute1'], self.hosts_of(vol_id))
         self.assert_zoned(host)
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
-                                 connector=self.host_connector(host))
+                                 connector=self.connector(host))
         self.assert_torn_down(vol_id, host)
 
     # -- through Cinder's own API --------------------------------------------
@@ -367,7 +361,7 @@ class FCForceDetachTestCase(CinderFCTestCase):
     @ddt.data(True, False)
     def test_api_force_detach_round_trip(self, with_connector):
         vol_id, att, _info, host, device = self.attached()
-        connector = self.host_connector(host) if with_connector else None
+        connector = self.connector(host) if with_connector else None
         self.force_detach_api(vol_id, connector, att['id'])
         self.assertEqual('available', self.api.get_volume(vol_id)['status'])
         self.assert_torn_down(vol_id, host)
@@ -386,11 +380,11 @@ class FCForceDetachTestCase(CinderFCTestCase):
         with fakes.array_locked(self.array_db):
             self.assertRaises(client.OpenStackApiException,
                               self.force_detach_api, vol_id,
-                              self.host_connector(host), att['id'])
+                              self.connector(host), att['id'])
         self.assert_db_unchanged(vol_id, att)
         self.assertEqual(['compute1'], self.hosts_of(vol_id))
         self.assert_zoned(host)
-        self.force_detach_api(vol_id, self.host_connector(host), att['id'])
+        self.force_detach_api(vol_id, self.connector(host), att['id'])
         self.assert_torn_down(vol_id, host)
 
     def test_api_attachment_delete(self):

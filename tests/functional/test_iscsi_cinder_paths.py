@@ -49,7 +49,7 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         vol = self.wait_volume(vol['id'], ('available',))
         self.assertEqual([], vol['attachments'])
         self.assertIsNone(self.target_state(vol['id']))
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
+        self.assert_cut_off(session, 0xee)
 
     def test_os_force_detach_without_connector(self):
         """connector None means every host (driver checklist)."""
@@ -59,7 +59,7 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.force_detach_api(vol['id'])
         self.wait_volume(vol['id'], ('available',))
         self.assertIsNone(self.target_state(vol['id']))
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
+        self.assert_cut_off(session, 0xee)
 
     def test_os_force_detach_backend_down_is_500_and_db_unchanged(self):
         vol = self.create_volume()
@@ -84,7 +84,7 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.api.api_delete('/attachments/%s' % att['id'])
         self.wait_volume(vol['id'], ('available',))
         self.assertIsNone(self.target_state(vol['id']))
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
+        self.assert_cut_off(session, 0xee)
 
     def test_attachment_delete_keeps_shared_export(self):
         vol_id = self.create_volume(
@@ -94,12 +94,13 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.assertEqual(info_a['auth_username'], info_b['auth_username'])
         a = self.login(info_a, 'compute1')
         b = self.login(info_b, 'compute2')
+        self.control_write(a)
 
         self.api.api_delete('/attachments/%s' % att_a['id'])
         self.wait_volume(vol_id, ('in-use',))
         self.assertEqual([base.initiator_name('compute2')],
                          self.target_state(vol_id).acls)
-        self.assertNotEqual(True, a.write(0xee, timeout=3))
+        self.assert_cut_off(a, 0xee)
         self.assertTrue(b.write(0x22, offset=4096))
 
         self.api.api_delete('/attachments/%s' % att_b['id'])
@@ -119,7 +120,7 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         server = str(uuid.uuid4())
         att = self.api.api_post('/attachments', {'attachment': {
             'volume_uuid': vol_id, 'instance_uuid': server,
-            'connector': self.host_connector('compute1')}})['attachment']
+            'connector': self.connector('compute1')}})['attachment']
         self.api.api_post('/attachments/%s/action' % att['id'],
                           {'os-complete': {}}, check_response_status=[204])
         info = att['connection_info']
@@ -134,7 +135,7 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.assertIsNone(self.target_state(vol_id))
 
         info = self.api.api_put('/attachments/%s' % reserved['id'], {
-            'attachment': {'connector': self.host_connector('compute2')}}
+            'attachment': {'connector': self.connector('compute2')}}
         )['attachment']['connection_info']
         self.api.api_post('/attachments/%s/action' % reserved['id'],
                           {'os-complete': {}}, check_response_status=[204])
@@ -188,6 +189,7 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
             self.driver, 'create_export', side_effect=create_export))
         self.useFixture(fixtures.MockPatchObject(
             self.driver, 'remove_export', side_effect=remove_export))
+        self.control_write(session_1)
         leaving = threading.Thread(target=self.api.api_delete,
                                    args=('/attachments/%s' % att_1['id'],))
         leaving.start()
@@ -200,7 +202,7 @@ class CinderApiPathsTestCase(base.CinderTgtTestCase):
         self.assertEqual([base.initiator_name('compute2')],
                          self.target_state(vol_id).acls)
         self.login(info_2, 'compute2')
-        self.assertNotEqual(True, session_1.write(0xee, timeout=3))
+        self.assert_cut_off(session_1, 0xee)
         vol = self.wait_volume(vol_id, ('in-use',))
         self.assertEqual([att_2['id']],
                          [a['attachment_id'] for a in vol['attachments']])
@@ -309,7 +311,7 @@ class LocalHostDisconnectTestCase(base.CinderTgtTestCase):
         self.assertTrue(any(c.startswith('-m session') for c in calls),
                         calls)
         self.assertIsNone(self.target_state(vol['id']))
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
+        self.assert_cut_off(session, 0xee)
 
     def test_other_host_is_not_disconnected_locally(self):
         vol = self.create_volume()

@@ -39,6 +39,17 @@ class DetachMatrixTestCase(detach_matrix.DetachMatrix,
     def live_client(self, info, host, index):
         return self.login(info, host)
 
+    def force_detach_api(self, *args, **kwargs):
+        """os-force_detach, right after each live client's control write.
+
+        Client *i* writes 0x20+i at block *i*: where :meth:`assert_agree`
+        then writes 0x40+i.
+        """
+        for index, session in enumerate(self.initiators):
+            self.control_write(session, 0x20 + index, offset=index * 4096)
+        return super(DetachMatrixTestCase, self).force_detach_api(
+            *args, **kwargs)
+
     def assert_agree(self, vol_id, attached):
         """The database and the backend tell the same story.
 
@@ -52,15 +63,16 @@ class DetachMatrixTestCase(detach_matrix.DetachMatrix,
         if not live:
             self.assertIsNone(state)
         for offset, (att_id, host, session) in enumerate(attached):
-            wrote = session.write(0x40 + offset, offset=offset * 4096,
-                                  timeout=3)
             if host in live_hosts:
-                self.assertTrue(wrote, '%s of live %s cannot write' % (
-                    att_id, host))
+                wrote = session.try_write(0x40 + offset,
+                                          offset=offset * 4096, timeout=3)
+                self.assertEqual('WROTE', wrote.kind, '%s of live %s cannot '
+                                 'write: %s' % (att_id, host, wrote))
                 self.assertIn(base.initiator_name(host), state.acls)
             else:
-                self.assertNotEqual(True, wrote, '%s of detached %s still '
-                                    'writes' % (att_id, host))
+                # A positive refusal, and nothing of it on the volume.
+                self.assert_cut_off(session, 0x40 + offset,
+                                    offset=offset * 4096)
         return live
 
     @ddt.data(*detach_matrix.CASES)

@@ -47,15 +47,13 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
         return vol['id'], att, info, session
 
     def assert_fenced(self, session):
-        """The old initiator can neither write nor read any more."""
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
-        self.assertNotEqual(True, session.read(0x5a, timeout=3))
+        """The old initiator can neither write nor read any more.
 
-    def assert_detached(self, volume_id):
-        vol = self.db_volume(volume_id)
-        self.assertEqual(('available', 'detached'),
-                         (vol.status, vol.attach_status))
-        self.assertEqual([], [a.id for a in vol.volume_attachment])
+        Its write and read get a positive refusal (a time-out fails) and
+        no byte of the write reaches the volume; its control write is the
+        one of its login (or a later ``control_write``).
+        """
+        self.assert_cut_off(session, 0xee, read=True)
 
     def volume_bytes(self, volume_id, length=1 << 20):
         with open(self.driver.local_path(self.db_volume(volume_id)),
@@ -82,7 +80,7 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
         self.assertNotEqual(_info_auth(_info), _info_auth(info2))
         new = self.login(info2, 'compute2')
         self.assertTrue(new.read(0x5a), 'data written before is lost')
-        self.assertNotEqual(True, old.write(0xee, timeout=3))
+        self.assert_cut_off(old, 0xee)
         self.assertEqual(['compute2'], [
             s.initiator.rsplit(':', 1)[1]
             for s in self.target_state(vol_id).sessions])
@@ -122,6 +120,7 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
         att_b, info_b = self.attach(vol_id, 'compute2')
         a = self.login(info_a, 'compute1')
         b = self.login(info_b, 'compute2')
+        self.control_write(a, 0x5a)
 
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id),
                                  connector=base.connector_for('compute1'))

@@ -50,7 +50,7 @@ class GrantRaceTestCase(base.CinderTgtTestCase):
     def update_attachment(self, att_id, host):
         try:
             self.api.api_put('/attachments/%s' % att_id, {'attachment': {
-                'connector': self.host_connector(host)}})
+                'connector': self.connector(host)}})
         except client.OpenStackApiException as err:
             return err.response.status_code
         return 200

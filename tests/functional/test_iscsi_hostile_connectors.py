@@ -24,7 +24,9 @@ from cinder import exception as cinder_exception
 from cinder.tests.functional.api import client
 import ddt
 
+from cinder_forcedetach.conformance import initiator as qemu_io
 from tests.functional import base
+from tests.support import cutoff
 
 INTRUDER = 'iqn.2026-11.org.cinder-forcedetach.test:intruder'
 
@@ -131,11 +133,17 @@ class HostileConnectorTestCase(base.CinderTgtTestCase):
         self.assertEqual([], state.address_acls)
         intruder = self.connect_as(info, INTRUDER)
         self.assertIsNone(intruder.opened, 'the intruder logged in')
-        self.assertNotEqual(True, intruder.write(0x66, timeout=3))
+        # Never logged in, so no control write of its own: its write must
+        # be refused positively (LOGIN_REFUSED) and land nowhere.
+        cutoff.assert_refused(self, intruder.try_write(
+            0x66, offset=8192, timeout=3), 'the intruder')
+        with open(self.backing_path(vol_id), 'rb') as f:
+            f.seek(8192)
+            self.assertNotIn(b'\x66', f.read(4096))
         self.assertTrue(session.write(0x11, offset=8192))
 
     def connect_as(self, info, initiator):
-        session = base.fd_fixtures.QemuIoInitiator(
+        session = qemu_io.QemuIoInitiator(
             info['target_portal'], info['target_iqn'], initiator,
             info['auth_username'], info['auth_password'],
             lun=info['target_lun'])

@@ -29,9 +29,10 @@ import json
 from cinder.db import api as db
 from cinder.tests.functional.api import client
 
+from cinder_forcedetach.conformance import initiator as qemu_io
 from cinder_forcedetach import grant_fence
 from tests.functional import base
-from tests.functional import fixtures as fd_fixtures
+from tests.support import cutoff
 
 BLOCK = 4096
 
@@ -52,24 +53,28 @@ class TgtSecondWriterTestCase(base.CinderTgtTestCase):
     def assert_cut(self, volume_id, session, host, info, offset):
         """*host* no longer reaches the volume: positive signs, and data.
 
-        Its ACL entry and session are gone from tgtd, a new login with the
-        same credentials is refused, and a write it tries after the grant
-        never reaches the backing file (the qemu-io is killed first, so a
+        Its ACL entry and session are gone from tgtd, the write it tries
+        after the grant is refused (positively: a time-out fails) and
+        never reaches the backing file, nor its session's control write
+        of right before the grant is lost; a new login with the same
+        credentials is refused (the old qemu-io is killed first, so a
         retried write cannot land later).
         """
         state = self.target_state(volume_id)
         name = base.initiator_name(host)
         self.assertNotIn(name, state.acls)
         self.assertNotIn(name, [s.initiator for s in state.sessions])
-        self.assertNotEqual(True, session.write(0xa7, offset=offset,
-                                                timeout=3))
+        self.assert_cut_off(session, 0xa7, offset=offset,
+                            volume_id=volume_id)
         session.close()
-        again = fd_fixtures.QemuIoInitiator(
+        again = qemu_io.QemuIoInitiator(
             info['target_portal'], info['target_iqn'], name,
             info.get('auth_username'), info.get('auth_password'),
             lun=info['target_lun'])
         self.initiators.append(again)
         self.assertIsNone(again.opened, 'the cut host logged in again')
+        cutoff.assert_refused(self, again.try_write(0xa7, offset, timeout=3),
+                              'a new login of the cut host')
         self.assertNotIn(b'\xa7', self.backing_block(volume_id, offset))
 
     def fence_record(self, volume_id):
@@ -82,8 +87,8 @@ class TgtSecondWriterTestCase(base.CinderTgtTestCase):
         vol = self.create_volume()['id']
         att_a, a = self.attach_writing(vol, 'compute1')
         self.reset_status(vol, status='available', attach_status='detached')
-        self.assertTrue(a.write(0x11, offset=BLOCK),
-                        'control: A writes after the reset')
+        # control: A writes after the reset, right before B's attach
+        self.control_write(a, 0x11, offset=BLOCK)
         self.assertEqual(b'\x11' * BLOCK, self.backing_block(vol, BLOCK))
 
         att_b, b = self.attach_writing(vol, 'compute2')
@@ -105,7 +110,7 @@ class TgtSecondWriterTestCase(base.CinderTgtTestCase):
         att_a, a = self.attach_writing(vol, 'compute1', instance=(
             '11111111-1111-4111-8111-111111111111'))
         self.reset_status(vol, status='available')
-        self.assertTrue(a.write(0x11, offset=BLOCK))
+        self.control_write(a, 0x11, offset=BLOCK)
 
         _att_b, b = self.attach_writing(vol, 'compute2', instance=(
             '22222222-2222-4222-8222-222222222222'))
@@ -119,6 +124,8 @@ class TgtSecondWriterTestCase(base.CinderTgtTestCase):
         att_a, a = self.attach_writing(vol, 'compute1')
         att_b, b = self.attach_writing(vol, 'compute2')
         self.reset_status(vol, status='available', attach_status='detached')
+        self.control_write(a, 0x11, offset=BLOCK)
+        self.control_write(b, 0x12, offset=5 * BLOCK)
 
         _att_c, c = self.attach_writing(vol, 'compute3')
 

@@ -33,7 +33,9 @@ from cinder.volume.targets import tgt as upstream_tgt
 import fixtures
 from oslo_concurrency import processutils
 
+from cinder_forcedetach.conformance import initiator as qemu_io
 from tests.functional import base
+from tests.support import cutoff
 
 
 class UpstreamExportTestCase(base.CinderTgtTestCase):
@@ -98,17 +100,21 @@ class UpstreamExportTestCase(base.CinderTgtTestCase):
                 if line.strip()]
 
     def assert_cut(self, session, info, host):
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
-        again = base.fd_fixtures.QemuIoInitiator(
+        """Refused positively, nothing landed; a new login is refused."""
+        self.assert_cut_off(session, 0xee)
+        again = qemu_io.QemuIoInitiator(
             info['target_portal'], info['target_iqn'],
             base.initiator_name(host), info['auth_username'],
             info['auth_password'], lun=info['target_lun'])
         self.initiators.append(again)
         self.assertIsNone(again.opened, '%s logged in again' % host)
+        cutoff.assert_refused(self, again.try_write(0xee, timeout=3),
+                              'a new login of %s' % host)
 
     def test_force_detach_one_host_keeps_the_other(self):
         vol_id, (att1, att2), (s1, s2), info = self.upstream_attached(
             ['compute1', 'compute2'], multiattach=True)
+        self.control_write(s1)
         self.force_detach_api(vol_id, base.connector_for('compute1'), att1,
                               service=True)
         vol = self.wait_volume(vol_id, ('in-use',))
@@ -120,6 +126,7 @@ class UpstreamExportTestCase(base.CinderTgtTestCase):
         self.assertTrue(s2.write(0x22, offset=4096))
         self.assert_cut(s1, info, 'compute1')
 
+        self.control_write(s2)
         self.force_detach_api(vol_id, base.connector_for('compute2'), att2)
         self.wait_volume(vol_id, ('available',))
         self.assertIsNone(self.target_state(vol_id))
@@ -139,6 +146,7 @@ class UpstreamExportTestCase(base.CinderTgtTestCase):
     def test_attachment_delete_of_one_host(self):
         vol_id, (att1, att2), (s1, s2), info = self.upstream_attached(
             ['compute1', 'compute2'], multiattach=True)
+        self.control_write(s1)
         self.api.api_delete('/attachments/%s' % att1,
                             headers=base.SERVICE)
         self.wait_volume(vol_id, ('in-use',))

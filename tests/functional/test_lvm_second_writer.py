@@ -206,8 +206,8 @@ class LVMSecondWriterTestCase(base.CinderTgtTestCase):
             self.db_volume(vol)), self.tgtd.tgtadm(
                 '--op', 'show', '--mode', 'target').stdout)
         self.reset_status(vol, status='available', attach_status='detached')
-        self.assertTrue(a.write(0x11, offset=BLOCK),
-                        'control: A writes after the reset')
+        # control: A writes after the reset, right before B's attach
+        self.control_write(a, 0x11, offset=BLOCK)
         self.assertEqual(b'\x11' * BLOCK, self.backing_block(vol, BLOCK))
         self.assertEqual([base.initiator_name('compute1')],
                          self.target_state(vol).acls)
@@ -232,7 +232,7 @@ class LVMSecondWriterTestCase(base.CinderTgtTestCase):
         self.reset_status(vol, status='available')
         self.assertEqual('attached', db.volume_attachment_get(
             self.ctxt, att_a['id']).attach_status)
-        self.assertTrue(a.write(0x11, offset=BLOCK))
+        self.control_write(a, 0x11, offset=BLOCK)
 
         _att_b, b = self.attach_writing(vol, 'compute2', instance=INSTANCE_Y)
 

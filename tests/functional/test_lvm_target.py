@@ -42,10 +42,12 @@ from oslo_config import cfg
 from oslo_config import fixture as config_fixture
 import testtools
 
+from cinder_forcedetach.conformance import initiator as qemu_io
 from cinder_forcedetach.drivers import lvm
 from cinder_forcedetach.privileged import tgt as privileged_tgt
 from cinder_forcedetach.targets import cinder_tgt
-from tests.functional import fixtures as fd_fixtures
+from tests.support import cutoff
+from tests.support import tgtd as tgtd_daemon
 
 CONF = cfg.CONF
 GROUP = 'lvm_target_functional'
@@ -88,7 +90,7 @@ class LVMTargetTestCase(testtools.TestCase):
     def setUp(self):
         super(LVMTargetTestCase, self).setUp()
         objects.register_all()
-        self.tgtd = self.useFixture(fd_fixtures.TgtdFixture()).tgtd
+        self.tgtd = self.useFixture(tgtd_daemon.TgtdFixture()).tgtd
         # We are root: tgtadm runs in this process, not through privsep.
         cinder.privsep.sys_admin_pctxt.set_client_mode(False)
         self.addCleanup(cinder.privsep.sys_admin_pctxt.set_client_mode, True)
@@ -153,11 +155,11 @@ class LVMTargetTestCase(testtools.TestCase):
         self.assertEqual(info, self.target.initialize_connection(
             volume, connector_for(host)))
         session = self.login(info['data'], host)
-        self.assertTrue(session.write(0x5a), '%s could not write' % host)
+        cutoff.control_write(self, session, 0x5a)
         return attachment, info['data']
 
     def login(self, data, host):
-        session = fd_fixtures.QemuIoInitiator(
+        session = qemu_io.QemuIoInitiator(
             data['target_portal'], data['target_iqn'], initiator_name(host),
             data.get('auth_username'), data.get('auth_password'),
             lun=data['target_lun'])
@@ -188,6 +190,7 @@ class LVMTargetTestCase(testtools.TestCase):
         self.assertEqual(2, len(state.sessions))
 
         # Host 1 leaves: twice, the second finds nothing left to revoke.
+        control = cutoff.control_write(self, host1, 0x5a, backing=path)
         for _ in range(2):
             self.assertTrue(self.target.terminate_connection(
                 volume, connector_for('compute1')))
@@ -195,17 +198,19 @@ class LVMTargetTestCase(testtools.TestCase):
             self.assertEqual([initiator_name('compute2')], state.acls)
             self.assertEqual([initiator_name('compute2')],
                              [s.initiator for s in state.sessions])
-        self.assertNotEqual(True, host1.write(0xee, timeout=3))
+        cutoff.assert_cut_off(self, host1, path, 0xee, control=control)
         self.assertTrue(host2.write(0x33, offset=8192))
         # Host 1 logging in again, CHAP account and all, is refused.
         again = self.login(data1, 'compute1')
-        self.assertNotEqual(True, again.write(0xee, timeout=3))
+        cutoff.assert_refused(self, again.try_write(0xee, timeout=3),
+                              'a new login of host 1')
         att1.attach_status = 'detached'
 
         # Cinder's remove_export while host 2 is attached keeps the export.
         self.target.remove_export(self.ctxt, volume)
         self.assertIsNotNone(self.state(volume))
-        self.assertTrue(host2.write(0x44, offset=4096))
+        control = cutoff.control_write(self, host2, 0x44, offset=4096,
+                                       backing=path)
 
         # Host 2 leaves too: target, LUN, sessions and CHAP account go.
         att2.attach_status = 'detached'
@@ -213,7 +218,7 @@ class LVMTargetTestCase(testtools.TestCase):
             self.target.remove_export(self.ctxt, volume)
             self.assertIsNone(self.state(volume))
             self.assertNotIn(username, self.accounts())
-        self.assertNotEqual(True, host2.write(0xee, timeout=3))
+        cutoff.assert_cut_off(self, host2, path, 0xee, control=control)
         with open(path, 'rb') as f:
             self.assertNotIn(b'\xee' * 512, f.read(1 << 20))
 
@@ -251,13 +256,15 @@ class LVMTargetTestCase(testtools.TestCase):
         self.export(volume, path)
         self.attach(volume, 'compute1')
         self.attach(volume, 'compute2')
+        controls = [cutoff.control_write(self, session, 0x5a)
+                    for session in self.initiators]
         for _ in range(2):
             self.assertFalse(self.target.revoke(volume, None))
             state = self.state(volume)
             self.assertEqual(([], [], []), (state.acls, state.address_acls,
                                             state.sessions))
-        for session in self.initiators:
-            self.assertNotEqual(True, session.write(0xee, timeout=3))
+        for session, control in zip(self.initiators, controls):
+            cutoff.assert_cut_off(self, session, path, 0xee, control=control)
 
     def test_hostile_initiator_refused_before_tgtadm_runs(self):
         volume, path = self.make_volume()
@@ -296,12 +303,14 @@ class LVMTargetTestCase(testtools.TestCase):
         self.export(volume, path)
         att1, _data = self.attach(volume, 'compute1')
         self.attach(volume, 'compute2')
+        control = cutoff.control_write(self, self.initiators[0], 0x5a)
         for _ in range(2):
             self.assertTrue(driver.revoke_host_access(
                 volume, connector_for('compute1')))
         self.assertEqual([initiator_name('compute2')],
                          self.state(volume).acls)
-        self.assertNotEqual(True, self.initiators[0].write(0xee, timeout=3))
+        cutoff.assert_cut_off(self, self.initiators[0], path, 0xee,
+                              control=control)
         self.assertTrue(self.initiators[1].write(0x22, offset=4096))
         self.assertEqual('iscsi', driver.local_connection_info(
             volume, connector_for('compute2'))['driver_volume_type'])

@@ -50,6 +50,7 @@ from cinder_forcedetach.flows import force_detach as flow
 from tests import fakes
 from tests.functional import base
 from tests.support import ceph
+from tests.support import waiting
 
 try:
     import rados
@@ -150,7 +151,7 @@ class RBDTestCase(base.CinderServicesTestCase):
             ['--config-file', self.write_cinder_conf()],
             env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
 
-    def host_connector(self, host):
+    def connector(self, host):
         return connector_for(host)
 
     def writer(self, info, host, **kwargs):
@@ -184,12 +185,6 @@ class RBDTestCase(base.CinderServicesTestCase):
                 (att_a, self.writer(info_a, 'compute1', tag='A', base=0)),
                 (att_b, self.writer(info_b, 'compute2', tag='B',
                                     base=10000)))
-
-    def assert_detached(self, volume_id):
-        vol = self.db_volume(volume_id)
-        self.assertEqual(('available', 'detached'),
-                         (vol.status, vol.attach_status))
-        self.assertEqual([], [a.id for a in vol.volume_attachment])
 
     def image_name(self, volume_id):
         return 'volume-%s' % volume_id
@@ -704,13 +699,9 @@ class AuditTestCase(RBDTestCase):
         self.assertEqual([], self.mine(findings, vol_id))
 
     def wait_volume_gone(self, volume_id, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            vols = [v['id'] for v in self.api.get_volumes()]
-            if volume_id not in vols:
-                return
-            time.sleep(0.2)
-        self.fail('volume %s was not deleted' % volume_id)
+        waiting.wait_for(
+            lambda: volume_id not in [v['id'] for v in self.api.get_volumes()],
+            timeout, 'volume %s deleted' % volume_id, interval=0.2)
 
 
 class RefreshTestCase(RBDTestCase):
@@ -1215,12 +1206,7 @@ class ImageTestCase(RBDTestCase):
         self.assertEqual([], self.commands)
 
     def _wait_snapshot(self, snap_id, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.api.get_snapshot(snap_id)['status'] == 'available':
-                return
-            time.sleep(0.1)
-        self.fail('snapshot %s not available' % snap_id)
+        self.wait_snapshot(snap_id, ('available',), timeout=timeout)
 
     def _wait_gone(self, path, timeout=30):
         from cinder.tests.functional.api import client as api_client

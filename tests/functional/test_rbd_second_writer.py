@@ -74,7 +74,7 @@ class RBDSecondWriterTestCase(test_rbd.RBDTestCase):
         and any fence before it, has happened by then).
         """
         body = {'volume_uuid': volume_id,
-                'connector': self.host_connector(host)}
+                'connector': self.connector(host)}
         if instance:
             body['instance_uuid'] = instance
         started = time.time()

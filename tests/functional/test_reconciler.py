@@ -28,9 +28,10 @@ Failed on main at 4917ab2 (no reconciler: the export stayed).
 
 import time
 
+from cinder_forcedetach.conformance import initiator as qemu_io
 from cinder_forcedetach import reconciler
 from tests.functional import base
-from tests.functional import fixtures as fd_fixtures
+from tests.support import cutoff
 
 BLOCK = 4096
 INTERVAL = 2
@@ -74,8 +75,8 @@ class ReconcilerTestCase(base.CinderTgtTestCase):
         _att, info = self.attach(vol, 'compute1')
         session = self.login(info, 'compute1')
         self.reset_status(vol, status='available', attach_status='detached')
-        self.assertTrue(session.write(0x11, offset=BLOCK),
-                        'control: the host writes after the reset')
+        # control: the host writes after the reset, before any pass
+        self.control_write(session, 0x11, offset=BLOCK)
         passes_at_reset = self.driver.reconciler.passes
 
         # The first pass that starts after the reset cuts it (one may be
@@ -88,15 +89,17 @@ class ReconcilerTestCase(base.CinderTgtTestCase):
         self.assertLessEqual(self.driver.reconciler.passes,
                              passes_at_reset + 2)
 
-        self.assertNotEqual(True, session.write(0xa7, offset=2 * BLOCK,
-                                                timeout=3))
+        self.assert_cut_off(session, 0xa7, offset=2 * BLOCK)
         session.close()
-        again = fd_fixtures.QemuIoInitiator(
+        again = qemu_io.QemuIoInitiator(
             info['target_portal'], info['target_iqn'],
             base.initiator_name('compute1'), info.get('auth_username'),
             info.get('auth_password'), lun=info['target_lun'])
         self.initiators.append(again)
         self.assertIsNone(again.opened, 'the cut host logged in again')
+        cutoff.assert_refused(self, again.try_write(0xa7, 2 * BLOCK,
+                                                    timeout=3),
+                              'a new login of the cut host')
         self.assertNotIn(b'\xa7', self.backing_block(vol, 2 * BLOCK))
         self.assertEqual(b'\x11' * BLOCK, self.backing_block(vol, BLOCK))
 

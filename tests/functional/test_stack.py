@@ -38,9 +38,11 @@ import time
 
 import testtools
 
+from cinder_forcedetach.conformance import initiator as qemu_io
 from cinder_forcedetach.tools import stack as stack_mod
 from tests import fakes
-from tests.functional import fixtures as fd_fixtures
+from tests.support import cutoff
+from tests.support import waiting
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -162,18 +164,21 @@ class StackSmokeTestCase(testtools.TestCase):
         masked = self.shell('%s attachment show %s' % (manage,
                                                        attachment_id))
         self.assertNotIn(data['auth_password'], masked.stdout)
-        session = fd_fixtures.QemuIoInitiator(
+        session = qemu_io.QemuIoInitiator(
             data['target_portal'], data['target_iqn'], INITIATOR,
             data['auth_username'], data['auth_password'],
             lun=data['target_lun'])
         self.sessions.append(session)
-        self.assertTrue(session.write(0x5a))
+        # The control write, right before the teardown.
+        control = cutoff.control_write(self, session, 0x5a)
 
         # The CLI force-detach, as printed.
         detached = self.shell(force.replace('VOLUME_ID', volume_id))
         self.assertEqual(0, detached.returncode, detached.stderr)
         self.assertRegex(detached.stdout, r'\|\s+status\s+\|\s+available')
-        self.assertNotEqual(True, session.write(0xee, timeout=3))
+        cutoff.assert_cut_off(self, session, os.path.join(
+            self.state, 'volumes', 'tgt', 'volume-' + volume_id), 0xee,
+            control=control)
         self.assertIn('0 target(s)', self.stack('status').stdout)
         # The audit, as printed, finds the box consistent.
         audited = self.shell(audit)
@@ -265,13 +270,11 @@ class StackSmokeTestCase(testtools.TestCase):
         return pids
 
     def _wait_status(self, cinder, env, volume_id, status, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def reached():
             res = subprocess.run([cinder, 'show', volume_id], env=env,
                                  capture_output=True, text=True, timeout=60)
             match = re.search(r'^\|\s+status\s+\|\s+(\S+)', res.stdout,
                               re.MULTILINE)
-            if match and match.group(1) == status:
-                return
-            time.sleep(0.5)
-        self.fail('volume %s never became %s' % (volume_id, status))
+            return match and match.group(1) == status
+        waiting.wait_for(reached, timeout,
+                         'volume %s %s' % (volume_id, status), interval=0.5)

@@ -30,16 +30,18 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 import urllib.error
 import uuid
 
 import testtools
 
+from cinder_forcedetach.conformance import initiator as qemu_io
 from cinder_forcedetach.tools import nova_box
 from cinder_forcedetach.tools import stack as stack_mod
 from tests import fakes
-from tests.functional import fixtures as cfd_fixtures
+from tests.functional import nova_audit_cases
+from tests.support import cutoff
+from tests.support import waiting
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -92,13 +94,7 @@ class _NovaBoxTestCase(testtools.TestCase):
         return run(['bash', '-c', command], self.env, timeout=300)
 
     def wait(self, predicate, what, timeout=120):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = predicate()
-            if found:
-                return found
-            time.sleep(0.5)
-        self.fail('timed out waiting for ' + what)
+        return waiting.wait_for(predicate, timeout, what, interval=0.5)
 
     def api(self, method, path, body=None):
         return self.box.api(method, path, body, version='3.70')
@@ -198,6 +194,10 @@ class _NovaBoxTestCase(testtools.TestCase):
                 return True, sorted(re.findall(r'^\s+(\S+)$', acl, re.M))
         return False, []
 
+    def backing_path(self, vol_id):
+        """The volume's file, which the box's tgtd serves."""
+        return os.path.join(self.state, 'volumes', 'tgt', 'volume-' + vol_id)
+
     def compute_session(self, vol_id):
         """The compute host's initiator, logged in with Nova's attachment.
 
@@ -208,7 +208,7 @@ class _NovaBoxTestCase(testtools.TestCase):
         [att] = [a for a in self.attachments(vol_id)
                  if a['status'] == 'attached']
         info = att['connection_info']
-        host = cfd_fixtures.QemuIoInitiator(
+        host = qemu_io.QemuIoInitiator(
             info['target_portal'], info['target_iqn'], BOX_IQN,
             info['auth_username'], info['auth_password'],
             lun=info['target_lun'])
@@ -251,7 +251,7 @@ class _NovaBoxTestCase(testtools.TestCase):
             'volume_attachment', 'show', server_id, vol_id, '--json'))
 
 
-class NovaBoxTestCase(_NovaBoxTestCase):
+class NovaBoxTestCase(nova_audit_cases.NovaAuditCases, _NovaBoxTestCase):
     """Cinder's and Nova's own paths, end to end, with our tgt driver."""
 
     # -- the printed commands -------------------------------------------
@@ -299,10 +299,13 @@ class NovaBoxTestCase(_NovaBoxTestCase):
 
         service = [t for t in lines if t.startswith('Force-detach the volume '
                                                     'while Nova holds it')][0]
+        control = cutoff.control_write(self, host, 0x4e, offset=4096,
+                                       backing=self.backing_path(vol_id))
         res = self.shell(printed(service).replace('VOLUME_ID', vol_id))
         self.assertEqual(0, res.returncode, res.stderr)
         self.assertEqual((False, []), self.target(vol_id))
-        self.assertNotEqual(True, host.write(0x4f, offset=4096, timeout=3))
+        cutoff.assert_cut_off(self, host, self.backing_path(vol_id), 0x4f,
+                              control=control)
         self.assertEqual('available', self.volume(vol_id)['status'])
         self.assertEqual([], self.attachments(vol_id))
         self.assertEqual({vol_id}, self.nova_volumes(server_id))
@@ -386,13 +389,15 @@ class NovaBoxTestCase(_NovaBoxTestCase):
         second = self.new_volume('shelve-second')
         server_id = self.boot('shelve', boot_id)
         before = self.compute_session(boot_id)
-        self.assertTrue(before.write(0x61, offset=4096))
+        control = cutoff.control_write(self, before, 0x61, offset=4096)
         self.nova('POST', '/servers/%s/action' % server_id, {'shelve': None})
         self.settled(server_id, 'SHELVED_OFFLOADED')
         reserved = self.attachments(boot_id)
         self.assertEqual(['reserved'], [a['status'] for a in reserved])
         self.assertEqual((False, []), self.target(boot_id))
-        self.assertNotEqual(True, before.read(0x61, offset=4096, timeout=3))
+        # The offload cut the host: its write and read are refused.
+        cutoff.assert_cut_off(self, before, self.backing_path(boot_id),
+                              0xe1, control=control, read=True)
 
         self.attach(server_id, first)
         [att] = self.attachments(first)
@@ -426,22 +431,32 @@ class NovaBoxTestCase(_NovaBoxTestCase):
         old = self.compute_session(boot_id)
         new_image = b'cinder-forcedetach rebuild\n'.ljust(3 << 20, b'\x5a')
         image_id = self.box.glance_upload('rebuild-image', new_image)
+        # Beyond both images' data: what the rebuild never writes there.
+        beyond = 8 << 20
+        path = os.path.join(self.state, 'volumes', 'tgt', 'volume-' + boot_id)
+        control = cutoff.control_write(self, old, 0x3c, offset=beyond,
+                                       backing=path)
         self.nova('POST', '/servers/%s/action' % server_id,
                   {'rebuild': {'imageRef': image_id}})
         self.wait(lambda: self.volume(boot_id)['status'] != 'in-use' or
                   self.server(server_id)['status'] != 'ACTIVE',
                   'the rebuild to start', timeout=30)
         self.settled(server_id)
-        # Nova's detach of the old attachment ended the old session.
-        self.assertNotEqual(True, old.read(0, timeout=3))
-        path = os.path.join(self.state, 'volumes', 'tgt', 'volume-' + boot_id)
+        # Nova's detach of the old attachment ended the old session: its
+        # write of 0xa5 (no image has it at 8 MiB) is refused, positively,
+        # and lands neither on the file nor through the new attachment.
+        cutoff.assert_cut_off(self, old, path, 0xa5, control=control,
+                              control_landed=False)
+        new_host = self.compute_session(boot_id)
+        seen = new_host.read_bytes(beyond, 4096, timeout=10)
+        self.assertIsNotNone(seen, new_host.output)
+        self.assertNotIn(b'\xa5', seen)
         with open(path, 'rb') as f:
             self.assertEqual(new_image, f.read(len(new_image)))
         self.assertEqual(image_id, self.volume(boot_id)[
             'volume_image_metadata']['image_id'])
         self.assertEqual((True, [BOX_IQN]), self.target(boot_id))
-        self.assertTrue(self.compute_session(boot_id).read(
-            0x5a, offset=len(new_image) - 4096))
+        self.assertTrue(new_host.read(0x5a, offset=len(new_image) - 4096))
 
     # -- nova-manage volume_attachment -----------------------------------
 
@@ -482,7 +497,7 @@ class NovaBoxTestCase(_NovaBoxTestCase):
                          [a['id'] for a in self.attachments(data_id)])
         self.assertEqual((True, [connector['initiator']]),
                          self.target(data_id))
-        host = cfd_fixtures.QemuIoInitiator(
+        host = qemu_io.QemuIoInitiator(
             info['target_portal'], info['target_iqn'], connector['initiator'],
             info.get('auth_username'), info.get('auth_password'),
             lun=info['target_lun'])

@@ -72,6 +72,7 @@ from oslo_config import cfg
 from cinder_forcedetach.arrays import base as array_base
 from cinder_forcedetach.arrays import sqlite as sqlite_array
 from tests import fakes
+from tests.support import waiting
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -807,16 +808,12 @@ class EmulatedFabric(fixtures.Fixture):
             detach_loop(loop, backing)
 
     def wait_for(self, predicate, what, timeout=10):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = predicate()
-            if result:
-                return result
+        def gone():
             if self.kernel.poll() is not None:
-                raise RuntimeError('the fabric kernel exited (%s)' %
-                                   self.kernel.returncode)
-            time.sleep(0.02)
-        raise AssertionError('timed out waiting for %s' % what)
+                return 'the fabric kernel exited (%s)' % (
+                    self.kernel.returncode)
+        return waiting.wait_for(predicate, timeout, what, interval=0.02,
+                                gone=gone)
 
     def settle(self):
         """Wait until the kernel has handled everything written so far."""

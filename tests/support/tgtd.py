@@ -1,36 +1,21 @@
-"""Real processes for functional tests: tgtd, and live qemu-io initiators.
-
-Nothing here is a mock: tgtd is Debian's target daemon on loopback with its
-own control socket and port, and :class:`QemuIoInitiator` is qemu-io with
-libiscsi holding a real iSCSI session, CHAP password passed through a 0600
-secret file so it never appears on a command line.  The initiator is the
-conformance kit's own (:mod:`cinder_forcedetach.conformance.initiator`,
-whose tgt probe logs attached hosts in with it), imported from there.
+"""A real tgtd for the tests and benchmarks: Debian's target daemon on
+loopback, with its own control socket and iSCSI port, started and stopped
+by its pid.  The live initiators that log in to it are the kit's
+(:mod:`cinder_forcedetach.conformance.initiator`).
 """
 
 import os
 import signal
 import socket
 import subprocess
-import time
 
 import fixtures
 
-from cinder_forcedetach.conformance import initiator
+from cinder_forcedetach.tools import stack
 from tests import fakes
-
-QemuIoInitiator = initiator.QemuIoInitiator
+from tests.support import waiting
 
 TGTD_SOCKET_DIR = fakes.TGTD_SOCKET_DIR
-
-
-def _wait(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise RuntimeError('timed out waiting for %s' % what)
 
 
 class Tgtd(object):
@@ -43,9 +28,7 @@ class Tgtd(object):
         self.proc = None
 
     def tgtadm(self, *args, check=True):
-        return subprocess.run(
-            ('tgtadm', '-C', str(self.control_port), '--lld', 'iscsi') + args,
-            capture_output=True, text=True, check=check)
+        return stack.tgtadm(self.control_port, *args, check=check)
 
     def _listening(self):
         with socket.socket() as s:
@@ -57,9 +40,10 @@ class Tgtd(object):
                 ['tgtd', '-f', '-C', str(self.control_port), '--iscsi',
                  'portal=127.0.0.1:%d' % self.port],
                 stdout=log, stderr=subprocess.STDOUT)
-        _wait(lambda: self.proc.poll() is None and self._listening() and
-              self.tgtadm('--op', 'show', '--mode', 'target',
-                          check=False).returncode == 0, 10, 'tgtd')
+        waiting.wait_for(
+            lambda: self.proc.poll() is None and self._listening() and
+            self.tgtadm('--op', 'show', '--mode', 'target',
+                        check=False).returncode == 0, 10, 'tgtd')
 
     def stop(self):
         """Remove every target, then stop the daemon we started (by pid)."""
