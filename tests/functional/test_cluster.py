@@ -385,7 +385,9 @@ class ClusterTestCase(testtools.TestCase):
         """Nothing ran unlocked: the host keeps its access, Cinder agrees."""
         self.assertNotEqual(0, failed.returncode, failed.stdout)
         self.assertEqual(target, self.box.target_of(vol_id))
-        self.assertTrue(session.write(byte), session.output)
+        # The host still writes; this write is the control of the cut-off
+        # check after the re-run.
+        cutoff.control_write(self, session, byte)
         self.assertEqual('in-use', self.box.volume(vol_id)['status'])
         self.assertEqual(['attached'], [a['status'] for a in
                                         self.box.attachments(vol_id)])
