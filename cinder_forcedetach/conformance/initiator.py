@@ -363,23 +363,25 @@ class QemuIoInitiator(object):
         return Outcome(Outcome.UNKNOWN, command, 'unrecognised answer',
                        text, pid)
 
-    def try_write(self, pattern, offset=0, length=4096, timeout=5,
-                  refusal_wait=0):
-        """Write *pattern*: the :class:`Outcome` (``WROTE`` on success)."""
-        outcome = self._outcome('write -P 0x%02x %d %d' % (
-            pattern, offset, length), timeout, Outcome.WROTE, refusal_wait)
+    def _try(self, verb, ok_kind, pattern, offset, length, timeout,
+             refusal_wait):
+        outcome = self._outcome('%s -P 0x%02x %d %d' % (
+            verb, pattern, offset, length), timeout, ok_kind, refusal_wait)
         outcome.pattern, outcome.offset, outcome.length = (
             pattern, offset, length)
         return outcome
 
+    def try_write(self, pattern, offset=0, length=4096, timeout=5,
+                  refusal_wait=0):
+        """Write *pattern*: the :class:`Outcome` (``WROTE`` on success)."""
+        return self._try('write', Outcome.WROTE, pattern, offset, length,
+                         timeout, refusal_wait)
+
     def try_read(self, pattern, offset=0, length=4096, timeout=5,
                  refusal_wait=0):
         """Read, checking *pattern*: the :class:`Outcome` (``READ``)."""
-        outcome = self._outcome('read -P 0x%02x %d %d' % (
-            pattern, offset, length), timeout, Outcome.READ, refusal_wait)
-        outcome.pattern, outcome.offset, outcome.length = (
-            pattern, offset, length)
-        return outcome
+        return self._try('read', Outcome.READ, pattern, offset, length,
+                         timeout, refusal_wait)
 
     def write(self, pattern, offset=0, length=4096, timeout=5):
         """True (wrote), False (answered otherwise), None (no answer)."""
