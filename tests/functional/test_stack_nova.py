@@ -46,7 +46,7 @@ from tests.support import waiting
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
-BOX_IQN = 'iqn.2010-10.org.openstack.box:' + nova_box.COMPUTE_HOST
+BOX_IQN = nova_audit_cases.BOX_IQN
 #: Microversion with volume-backed rebuild (os-reimage).
 REBUILD_VERSION = '2.93'
 

@@ -34,11 +34,12 @@ def _make_configuration(cls, conf_in=None):
     test would fail on that instead of on what it asserts.
     """
     cfg = _upstream_configuration(cls, conf_in)
-    ours = {opt.name for opt in our_rbd.RBDDriver.get_driver_options()
+    ours = {opt.name: opt.default
+            for opt in our_rbd.RBDDriver.get_driver_options()
             if opt.name.startswith('forcedetach_')}
-    for opt in our_rbd.RBDDriver.get_driver_options():
-        if opt.name in ours and opt.name not in (conf_in or {}):
-            setattr(cfg, opt.name, opt.default)
+    for name, default in ours.items():
+        if name not in (conf_in or {}):
+            setattr(cfg, name, default)
     cfg.safe_get = mock.Mock(side_effect=lambda name: getattr(cfg, name)
                              if name in ours else mock.DEFAULT)
     return cfg
