@@ -26,7 +26,8 @@ and gets, all through the one flow of
   host access, fence, remove export, and only then reset Cinder's DB);
 * :meth:`terminate_connection` -- what Cinder's attachment delete and
   ``os-force_detach`` call: the same tasks without the database;
-* ``remove_export`` under the volume's lock when Cinder calls it;
+* ``create_export``, ``remove_export``, ``initialize_connection`` and
+  ``ensure_export`` under the volume's lock when Cinder calls them;
 * :meth:`copy_image_to_volume` -- reimage behind Cinder's image gates.
 
 What a driver implements: :meth:`revoke_host_access` and ``remove_export``
@@ -98,6 +99,8 @@ class ForceDetachMixin(object):
         # What grants access and what Cinder removes itself (detach,
         # attachment delete, volume delete) run under the volume's lock,
         # the flow's: a grant never lands between a force-detach's steps.
+        self.create_export_unlocked = self.create_export
+        self.create_export = self._create_export_locked
         self.remove_export_unlocked = self.remove_export
         self.remove_export = self._remove_export_locked
         self.initialize_connection_unlocked = self.initialize_connection
@@ -187,6 +190,18 @@ class ForceDetachMixin(object):
         return force_detach_flow.run(
             cinder_context.get_admin_context(), self, volume,
             connector=connector, reset_database=False)
+
+    def _create_export_locked(self, context, volume, *args, **kwargs):
+        """Cinder's export before a grant, under the volume's lock.
+
+        An export is several backend calls (a tgt target: CHAP account,
+        target, LUN, account binding); another service's
+        ``remove_export`` in between would delete what this one is still
+        binding.
+        """
+        with force_detach_flow.volume_lock(volume.id):
+            return self.create_export_unlocked(context, volume, *args,
+                                               **kwargs)
 
     def _remove_export_locked(self, context, volume):
         force_detach_flow.run_remove_export(context, self, volume)

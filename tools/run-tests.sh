@@ -78,6 +78,7 @@ passed=0; failed=0; skipped=0; xfailed=0; rc=0; pep8=""
 work=$(mktemp -d "${TMPDIR:-/tmp}/run-tests.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 : > "$work/skipped"
+: > "$work/failed"
 
 # Live display of a subunit stream (stestr's own subunit-trace output).
 # "python -m stestr.subunit_trace" lacks an import of subunit.test_results.
@@ -91,13 +92,14 @@ sys.exit(subunit_trace.trace(sys.stdin.buffer, sys.stdout, post_fails=True))
 }
 
 # Totals of one subunit stream file: prints "PASSED FAILED SKIPPED XFAIL"
-# and appends the ids of skipped tests to $2.  Final status per test id:
+# and appends the ids of skipped tests to $2 and of failed tests to $3
+# (with the last lines of their traceback).  Final status per test id:
 # success passes; xfail (an upstream test listed as an intended difference
 # that failed as listed) is an expected failure, counted apart and not as
 # passed; fail/uxsuccess/inprogress (no final status: a crashed worker)
 # fail; skip is skipped.
 totals() {
-    python - "$1" "$2" <<'EOF'
+    python - "$1" "$2" "$3" <<'EOF'
 import sys
 
 import subunit
@@ -108,8 +110,13 @@ class LastStatus(testtools.StreamResult):
     def __init__(self):
         super().__init__()
         self.status_of = {}
+        self.traceback_of = {}
 
-    def status(self, test_id=None, test_status=None, **kwargs):
+    def status(self, test_id=None, test_status=None, file_name=None,
+               file_bytes=None, **kwargs):
+        if test_id and file_name == 'traceback' and file_bytes:
+            self.traceback_of[test_id] = (
+                self.traceback_of.get(test_id, b'') + file_bytes)
         if not test_id or not test_status:
             return
         if test_status == 'exists' and test_id in self.status_of:
@@ -126,12 +133,17 @@ with open(sys.argv[1], 'rb') as stream:
 counts = {'pass': 0, 'fail': 0, 'skip': 0, 'xfail': 0}
 kind = {'success': 'pass', 'xfail': 'xfail', 'skip': 'skip',
         'fail': 'fail', 'uxsuccess': 'fail', 'inprogress': 'fail'}
-with open(sys.argv[2], 'a') as skipped:
+with open(sys.argv[2], 'a') as skipped, open(sys.argv[3], 'a') as failed:
     for test_id, status in sorted(result.status_of.items()):
         if status in kind:
             counts[kind[status]] += 1
         if status == 'skip':
             skipped.write(test_id + '\n')
+        elif kind.get(status) == 'fail':
+            tail = result.traceback_of.get(test_id, b'').decode(
+                'utf-8', 'replace').strip().splitlines()[-3:]
+            failed.write('%s (%s)\n' % (test_id, status))
+            failed.writelines('    %s\n' % line[:300] for line in tail)
 print(counts['pass'], counts['fail'], counts['skip'], counts['xfail'])
 EOF
 }
@@ -143,10 +155,12 @@ run_stestr() {
     # tee -p: the stream file is complete even if the display dies.
     stestr --test-path="$path" run --subunit "$@" | tee -p "$stream" | display
     stestr_rc=${PIPESTATUS[0]}
-    if ! read -r p f s x < <(totals "$stream" "$work/skipped") \
+    if ! read -r p f s x < <(totals "$stream" "$work/skipped" \
+                                    "$work/failed") \
             || [ -z "${x:-}" ]; then
         echo "$name: cannot read the subunit stream of this run:" \
              "counted as 1 failure"
+        echo "$name: the run's subunit stream (unreadable)" >> "$work/failed"
         failed=$((failed + 1)); rc=1
         return
     fi
@@ -157,6 +171,8 @@ run_stestr() {
         echo "$name: stestr exited $stestr_rc after $((p + s + x)) test(s)" \
              "(discovery/import error, no test matched, or a crash):" \
              "counted as 1 failure"
+        echo "$name: the run itself (stestr exited $stestr_rc)" \
+            >> "$work/failed"
         failed=$((failed + 1)); rc=1
     fi
 }
@@ -246,6 +262,11 @@ if [ "$skipped" -gt 0 ]; then
     if [ "$skipped" -gt 30 ]; then
         echo "  ... and $((skipped - 30)) more"
     fi
+fi
+if [ -s "$work/failed" ]; then
+    # Repeated here: a CI report may show only the run's last lines.
+    echo "failed tests:"
+    head -n 60 "$work/failed"
 fi
 if [ "$xfailed" -gt 0 ]; then
     echo "expected failures: $xfailed upstream test(s), not counted as" \

@@ -22,9 +22,11 @@ volume service at the start of its grant until the force-detach is done.
 """
 
 import eventlet
+import fixtures
 
 from cinder.tests.functional.api import client
 
+from cinder_forcedetach.flows import force_detach as force_detach_flow
 from tests.functional import base
 
 
@@ -97,3 +99,31 @@ class GrantRaceTestCase(base.CinderTgtTestCase):
                       self.target_state(vol_id).acls)
         self.assertNotIn(base.initiator_name('compute1'),
                          self.target_state(vol_id).acls)
+
+    def test_export_is_made_under_the_volume_lock(self):
+        """An export is several tgtd calls: no removal between them.
+
+        tgtd makes an export as a CHAP account, a target, a LUN and the
+        account's binding; another volume service's ``remove_export`` in
+        between deleted the account being bound (a clean-clone run: the
+        attach got HTTP 500, ``bind_account failed: can't find the
+        account``).  While Cinder's ``create_export`` makes the export,
+        the volume's lock is held: another holder cannot take it.
+        """
+        vol_id = self.create_volume()['id']
+        taken_by_another = []
+        real_create = self.driver.exports.create
+
+        def create(volume, path):
+            other = force_detach_flow.volume_lock(volume.id)
+            if other.acquire(blocking=False):
+                other.release()
+                taken_by_another.append(True)
+            else:
+                taken_by_another.append(False)
+            return real_create(volume, path)
+
+        self.useFixture(fixtures.MockPatchObject(
+            self.driver.exports, 'create', side_effect=create))
+        self.attach(vol_id, 'compute1')
+        self.assertEqual([False], taken_by_another)
