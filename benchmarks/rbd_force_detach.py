@@ -139,7 +139,7 @@ from oslo_utils import units  # noqa: E402
 import rbd  # noqa: E402
 
 from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: E402
-from cinder_forcedetach.tools import ceph_dev  # noqa: E402
+from devbox import ceph_dev  # noqa: E402
 from tests import fakes  # noqa: E402
 from tests.support import ceph  # noqa: E402
 

@@ -83,8 +83,8 @@ from oslo_concurrency import lockutils  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 import rbd  # noqa: E402
 
+from cinder_forcedetach.ceph import environ as ceph_environ  # noqa: E402
 from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: E402
-from cinder_forcedetach.tools import ceph_dev  # noqa: E402
 from tests.support import ceph  # noqa: E402
 
 CONF = cfg.CONF
@@ -147,7 +147,7 @@ class NewHost(object):
         params = {'mon_host': ','.join('%s:%s' % hp for hp in zip(
             info['hosts'], info['ports'])), 'keyring': cluster.keyring,
             'user': info['auth_username'], 'pool': cluster.pool}
-        env = ceph_dev.clean_environ()
+        env = ceph_environ.clean_environ()
         env.update(LD_PRELOAD=cluster.shim,
                    CFD_BIND_IP=ceph.HOST_IPS['compute3'])
         self.stderr = tempfile.TemporaryFile()

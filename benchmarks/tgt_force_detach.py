@@ -107,7 +107,7 @@ from oslo_config import cfg  # noqa: E402
 
 from cinder_forcedetach.conformance import initiator as initiator_mod  # noqa: E402,E501
 from cinder_forcedetach.drivers import iscsi  # noqa: E402
-from cinder_forcedetach.tools import stack  # noqa: E402
+from devbox import stack  # noqa: E402
 from tests.support import tgtd as tgtd_daemon  # noqa: E402
 
 CONF = cfg.CONF

@@ -2,8 +2,9 @@
 # Install everything the project needs on a fresh Debian 12 machine:
 # system packages (tgt, userspace iSCSI initiators, qemu-img, open-iscsi
 # for os-brick's iscsiadm calls, gcc and libc6-dev for the RBD tests'
-# LD_PRELOAD shim, MariaDB and etcd for the clustered box) and a venv with this package, real Cinder
-# and the test requirements.  Idempotent; a second run takes about a second.
+# LD_PRELOAD shim, MariaDB and etcd for the clustered box) and a venv with
+# this package, real Cinder, the test requirements and the developer box
+# (devbox/).  Idempotent; a second run takes about a second.
 #
 # Usage: tools/install-deps.sh [VENV]     (default: ./.venv)
 set -euo pipefail
@@ -45,12 +46,17 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 stamp="$VENV/.cinder-forcedetach-deps"
-want=$(cat requirements.txt test-requirements.txt setup.cfg | sha1sum | cut -d' ' -f1)
+want=$(cat requirements.txt test-requirements.txt setup.cfg \
+             devbox/pyproject.toml | sha1sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "install-deps: pip install (cinder, os-brick, test requirements)"
     "$VENV/bin/pip" install -q --disable-pip-version-check \
         -r requirements.txt -r test-requirements.txt
     "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e .
+    # The developer box: a distribution of its own (not in the wheel a
+    # Cinder node installs), for its Neutron mechanism driver's entry point.
+    "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps \
+        -e ./devbox
     "$VENV/bin/pip" check >/dev/null
     echo "$want" > "$stamp"
 fi

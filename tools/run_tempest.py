@@ -61,8 +61,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from cinder_forcedetach.tools import nova_box  # noqa: E402
-from cinder_forcedetach.tools import stack as stack_mod  # noqa: E402
+from devbox import nova_box  # noqa: E402
+from devbox import stack as stack_mod  # noqa: E402
 from tests import fakes  # noqa: E402
 
 STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')

@@ -116,4 +116,4 @@ PY="$VENV/bin/python"
 # down/status/env only need the standard library: fall back to python3.
 [ -x "$PY" ] || PY=$(command -v python3)
 cd "$ROOT"
-exec "$PY" -m cinder_forcedetach.tools.stack "$@"
+exec "$PY" -m devbox.stack "$@"

@@ -49,9 +49,9 @@ import tempfile
 import time
 
 from cinder_forcedetach.ceph import cluster
+from cinder_forcedetach.ceph import environ as ceph_environ
 from cinder_forcedetach.ceph import fencing
 from cinder_forcedetach.conformance import probe
-from cinder_forcedetach.tools import ceph_dev
 
 rbd = cluster.rbd
 
@@ -117,7 +117,7 @@ class LiveClient(object):
     """
 
     def __init__(self, params, bind_ip=None, shim=None, timeout=30):
-        env = ceph_dev.clean_environ()
+        env = ceph_environ.clean_environ()
         if shim and bind_ip:
             env.update(LD_PRELOAD=shim, CFD_BIND_IP=bind_ip)
         self.stderr = tempfile.TemporaryFile()

@@ -25,7 +25,7 @@ volumes only.
 import json
 import uuid
 
-from cinder_forcedetach.tools import nova_box
+from devbox import nova_box
 from tests.support import cutoff
 
 #: The compute host's initiator (tools/nova_compute.py, which imports Nova:

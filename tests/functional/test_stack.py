@@ -39,7 +39,7 @@ import time
 import testtools
 
 from cinder_forcedetach.conformance import initiator as qemu_io
-from cinder_forcedetach.tools import stack as stack_mod
+from devbox import stack as stack_mod
 from tests import fakes
 from tests.support import cutoff
 from tests.support import waiting

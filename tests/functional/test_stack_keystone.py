@@ -33,7 +33,7 @@ import tempfile
 
 import testtools
 
-from cinder_forcedetach.tools import stack as stack_mod
+from devbox import stack as stack_mod
 from tests import fakes
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(

@@ -36,8 +36,8 @@ import uuid
 import testtools
 
 from cinder_forcedetach.conformance import initiator as qemu_io
-from cinder_forcedetach.tools import nova_box
-from cinder_forcedetach.tools import stack as stack_mod
+from devbox import nova_box
+from devbox import stack as stack_mod
 from tests import fakes
 from tests.functional import nova_audit_cases
 from tests.support import cutoff

@@ -13,7 +13,7 @@
 """The single-node Ceph of the RBD functional tests, and its clients.
 
 * :func:`get_cluster`: a ``tools/ceph-dev.sh`` cluster
-  (:class:`cinder_forcedetach.tools.ceph_dev.CephDev`) brought up once
+  (:class:`devbox.ceph_dev.CephDev`) brought up once
   per test process in a private directory, on free ports, with
   client.cinder allowed to lift blocklist entries, and purged at the end
   (:func:`release_cluster`, or at exit).  ``CINDER_FORCEDETACH_TEST_CEPH_DIR``
@@ -41,7 +41,8 @@ import tempfile
 import time
 import unittest
 
-from cinder_forcedetach.tools import ceph_dev
+from cinder_forcedetach.ceph import environ as ceph_environ
+from devbox import ceph_dev
 from tests import fakes
 
 try:
@@ -279,7 +280,7 @@ class Writer(object):
             'pool': pool, 'image': image, 'tag': tag, 'base': base,
             'count': count, 'interval': interval,
             'mount_timeout': str(mount_timeout)}
-        env = ceph_dev.clean_environ()
+        env = ceph_environ.clean_environ()
         bind_ip = bind_ip or HOST_IPS.get(host)
         shim = getattr(cluster, 'shim', None)
         if shim and bind_ip:

@@ -29,7 +29,7 @@ import urllib.error
 import urllib.request
 
 from cinder_forcedetach.conformance import initiator
-from cinder_forcedetach.tools import stack as stack_mod
+from devbox import stack as stack_mod
 from tests import fakes
 from tests.support import waiting
 

@@ -11,7 +11,7 @@ import subprocess
 
 import fixtures
 
-from cinder_forcedetach.tools import stack
+from devbox import stack
 from tests import fakes
 from tests.support import waiting
 

@@ -16,25 +16,25 @@ Real Nova 34 (``nova-api`` under gunicorn, ``nova-conductor``,
 ``nova-scheduler``, ``nova-compute``) and placement 16 from the venv,
 behind the box's Keystone, on the box's MariaDB and RabbitMQ, with
 Glance's images.  The compute service runs Nova's fake virt driver
-(:mod:`cinder_forcedetach.tools.nova_compute`): servers exist only in
+(:mod:`devbox.nova_compute`): servers exist only in
 Nova's database, but every volume call — attachment create and
 complete, connector, detach, os-reimage's events — is Nova's own code
 talking to the box's Cinder and our drivers.
 
 Neutron 29 is real too (``neutron-api`` under gunicorn, ML2 with VXLAN
 tenant networks, the router plugin), with no agent: the ML2 mechanism
-driver ``box_fake`` (:mod:`cinder_forcedetach.tools.neutron_box`) binds
+driver ``box_fake`` (:mod:`devbox.neutron_box`) binds
 every port, so networks, subnets, routers and ports exist and servers get
 addresses, but no packet flows.
 
-Standard library only, like :mod:`cinder_forcedetach.tools.stack`.
+Standard library only, like :mod:`devbox.stack`.
 """
 
 import os
 import shutil
 import urllib.error
 
-from cinder_forcedetach.tools import boxutil
+from devbox import boxutil
 
 #: Nova's processes, in start order (after cinder-api).
 NOVA_SERVICES = ('nova-api', 'nova-conductor', 'nova-scheduler',
@@ -157,7 +157,7 @@ class NovaParts(object):
         conf_dir, conf_path = self._write_neutron_conf()
         self._sync_then_serve(
             proc, 'neutron-db-manage', ['upgrade', 'heads'], conf_path,
-            'cinder_forcedetach.tools.neutron_wsgi:application',
+            'devbox.neutron_wsgi:application',
             self.info['neutron_port'],
             {'OS_NEUTRON_CONFIG_DIR': conf_dir,
              'OS_NEUTRON_CONFIG_FILES': os.path.basename(conf_path)},
@@ -262,7 +262,7 @@ class NovaParts(object):
                                        'nova-api.conf'}
         api = procs['nova-api']
         if not api.alive():
-            self._gunicorn(api, 'cinder_forcedetach.tools.nova_wsgi:'
+            self._gunicorn(api, 'devbox.nova_wsgi:'
                            'application', self.info['nova_port'], env,
                            self.nova_dir())
         conf = ['--config-file', self.nova_conf_path()]
@@ -273,7 +273,7 @@ class NovaParts(object):
                                   cwd=self.nova_dir())
         if not procs['nova-compute'].alive():
             procs['nova-compute'].start(
-                [python, '-m', 'cinder_forcedetach.tools.nova_compute'] +
+                [python, '-m', 'devbox.nova_compute'] +
                 conf + ['--log-file', 'nova-compute.log'],
                 cwd=self.nova_dir())
         boxutil.wait_for(lambda: boxutil.http_ok(self.nova_url() + '/v2.1/'),

@@ -39,7 +39,7 @@ recycled pid is never signalled):
   worker, no auth, a file store under ``STATE/glance/images``; its
   database in the stack's MariaDB, or SQLite) after ``glance-manage db
   sync``; Cinder's ``glance_api_servers`` points at it;
-* with ``--nova`` (see :mod:`cinder_forcedetach.tools.nova_box`),
+* with ``--nova`` (see :mod:`devbox.nova_box`),
   ``placement-api`` and ``neutron-api`` before Cinder, then
   ``nova-api``, ``nova-conductor``, ``nova-scheduler`` and
   ``nova-compute`` after it, two flavors and the compute host mapped;
@@ -130,9 +130,9 @@ import urllib.error
 import urllib.request
 import uuid
 
-from cinder_forcedetach.tools import boxutil
-from cinder_forcedetach.tools import ceph_dev
-from cinder_forcedetach.tools import nova_box
+from devbox import boxutil
+from devbox import ceph_dev
+from devbox import nova_box
 
 StackError = boxutil.StackError
 log = boxutil.log
@@ -142,8 +142,7 @@ http_ok = boxutil.http_ok
 _tail = boxutil.tail
 _write = boxutil.write_private
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TGT_DRIVER = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
 RBD_DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
 DRIVER_ALIASES = {'tgt': TGT_DRIVER, 'iscsi': TGT_DRIVER, 'rbd': RBD_DRIVER}
@@ -906,7 +905,7 @@ class Stack(nova_box.NovaParts):
                 '--bootstrap-region-id', REGION],
                 env={'OS_BOOTSTRAP_PASSWORD':
                      self._secrets()['admin_password']}, cwd=conf_dir)
-            self._gunicorn(proc, 'cinder_forcedetach.tools.keystone_wsgi:'
+            self._gunicorn(proc, 'devbox.keystone_wsgi:'
                            'application', self.info['keystone_port'],
                            {'OS_KEYSTONE_CONFIG_DIR': conf_dir}, conf_dir)
             wait_for(self.keystone_answers, self.s.timeout, 'keystone-api',

@@ -20,7 +20,8 @@ variable of the caller's environment), reads what ``env`` prints (paths,
 user, pools, fsid, monitor address: never a key) and knows where the
 script records its daemons' pids.
 
-Only the standard library is imported at module level (the stack's
+Only the standard library (and :mod:`cinder_forcedetach.ceph.environ`,
+which needs no more) is imported at module level (the stack's
 ``down`` and ``status`` run without the venv); :meth:`CephDev.connect`
 imports ``rados`` and :meth:`CephDev.blocklist` our Ceph helpers when
 called.
@@ -31,8 +32,9 @@ import shlex
 import subprocess
 import time
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from cinder_forcedetach.ceph import environ as ceph_environ
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, 'tools', 'ceph-dev.sh')
 # Daemons of the cluster, in the script's start order.
 DAEMONS = ('mon.a', 'mgr.x', 'osd.0')
@@ -48,17 +50,6 @@ ENV_ATTRS = (('CEPH_CONF', 'conf'), ('CEPH_KEYRING', 'keyring'),
 
 class CephDevError(Exception):
     pass
-
-
-def clean_environ(environ=None):
-    """*environ* (default: ours) without any ``CEPH_*`` variable.
-
-    Ceph reads CEPH_CONF, CEPH_KEYRING, CEPH_ARGS...: a shell that ran
-    ``eval "$(ceph-dev.sh env)"`` must not steer what we run.
-    """
-    return {k: v for k, v in (os.environ if environ is None
-                              else environ).items()
-            if not k.startswith('CEPH_')}
 
 
 def parse_env(text):
@@ -123,7 +114,7 @@ class CephDev(object):
     @property
     def env(self):
         """The environment ceph-dev.sh runs with."""
-        env = clean_environ()
+        env = ceph_environ.clean_environ()
         env.update(self.settings_env)
         return env
 
@@ -216,7 +207,7 @@ class CephDev(object):
         return subprocess.run(
             ['ceph', '-c', self.conf, '-n', 'client.admin', '-k',
              self.admin_keyring, '--connect-timeout', '10'] + list(args),
-            env=clean_environ(), capture_output=True, text=True,
+            env=ceph_environ.clean_environ(), capture_output=True, text=True,
             timeout=timeout)
 
     def blocklist(self):

@@ -10,5 +10,17 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Developer tooling (``tools/stack.sh``); neither Cinder nor the CLI
-imports it."""
+"""The environment of the Ceph clients we start (standard library only)."""
+
+import os
+
+
+def clean_environ(environ=None):
+    """*environ* (default: ours) without any ``CEPH_*`` variable.
+
+    Ceph reads CEPH_CONF, CEPH_KEYRING, CEPH_ARGS...: a shell that ran
+    ``eval "$(ceph-dev.sh env)"`` must not steer what we run.
+    """
+    return {k: v for k, v in (os.environ if environ is None
+                              else environ).items()
+            if not k.startswith('CEPH_')}

@@ -21,7 +21,7 @@ import ddt
 import fixtures
 import testtools
 
-from cinder_forcedetach.tools import stack
+from devbox import stack
 
 TGT = stack.TGT_DRIVER
 RBD = stack.RBD_DRIVER

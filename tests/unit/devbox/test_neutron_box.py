@@ -18,7 +18,7 @@ from neutron_lib.api.definitions import portbindings
 from neutron_lib import constants
 import testtools
 
-from cinder_forcedetach.tools import neutron_box
+from devbox import neutron_box
 
 
 class BoxMechanismDriverTestCase(testtools.TestCase):

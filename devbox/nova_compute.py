@@ -12,7 +12,7 @@
 
 """``nova-compute`` of the box: Nova's fake virt driver, two changes.
 
-Run as ``python -m cinder_forcedetach.tools.nova_compute --config-file
+Run as ``python -m devbox.nova_compute --config-file
 nova.conf``.  Nova loads a virt driver only from ``nova.virt.<name>``, so
 this module registers itself as ``nova.virt.box_fake`` before Nova's
 ``nova-compute`` main runs (``compute_driver = box_fake.BoxFakeDriver``).
