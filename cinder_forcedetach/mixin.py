@@ -55,6 +55,7 @@ from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import grant_fence
 from cinder_forcedetach import image
+from cinder_forcedetach import locks
 from cinder_forcedetach import reconciler
 
 LOG = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class ForceDetachMixin(object):
         ``remove_export`` in between would delete what this one is still
         binding.
         """
-        with force_detach_flow.volume_lock(volume.id):
+        with locks.volume_lock(volume.id):
             return self.create_export_unlocked(context, volume, *args,
                                                **kwargs)
 
@@ -222,7 +223,7 @@ class ForceDetachMixin(object):
         live attachment explains (a reset of the volume's state left them)
         are cut off: see :mod:`cinder_forcedetach.grant_fence`.
         """
-        with force_detach_flow.volume_lock(volume.id):
+        with locks.volume_lock(volume.id):
             fresh = self._check_grant(volume, connector)
             if connector and fresh is not None:
                 grant_fence.fence_before_grant(
@@ -238,7 +239,7 @@ class ForceDetachMixin(object):
         volume is read again, and re-exported only if it is still in-use
         (Cinder's own rule), to the hosts still attached.
         """
-        with force_detach_flow.volume_lock(volume.id):
+        with locks.volume_lock(volume.id):
             try:
                 volume.refresh()
             except exception.VolumeNotFound:
@@ -451,7 +452,7 @@ class ForceDetachMixin(object):
                     'conn': 'set' if attachment.connector else 'none'})
         volume = objects.Volume.get_by_id(context, attachment.volume_id)
         self.validate_connector(attachment.connector)
-        with force_detach_flow.volume_lock(volume.id):
+        with locks.volume_lock(volume.id):
             new = self.initialize_connection_unlocked(volume,
                                                       attachment.connector)
             info = dict(new.get('data') or {})

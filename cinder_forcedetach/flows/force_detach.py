@@ -62,13 +62,11 @@ Cinder's database untouched because the database task is the last one.
 """
 
 
-import base64
 import collections
 import threading
 import time
 
 from cinder import context as cinder_context
-from cinder import coordination
 from cinder.db import api as db_api
 from cinder import exception
 from cinder import flow_utils
@@ -84,11 +82,10 @@ from taskflow.listeners import logging as logging_listener
 from taskflow.patterns import linear_flow
 from taskflow import states
 from taskflow.types import failure as taskflow_failure
-import tooz
-from tooz.drivers import etcd3gw as tooz_etcd3gw
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import exception as fd_exception
+from cinder_forcedetach import locks
 
 LOG = logging.getLogger(__name__)
 
@@ -100,68 +97,6 @@ ACTION = 'volume:force_detach'
 ALLOWED_STATUSES = ('available', 'in-use', 'attaching', 'detaching',
                     'reserved', 'error', 'error_attaching',
                     'error_detaching')
-
-
-def lock_name(volume_id):
-    """Name of the coordination lock that serialises a volume's teardown."""
-    return 'cinder-forcedetach-%s' % volume_id
-
-
-def volume_lock(volume_id):
-    """The volume's tooz lock (a context manager), across volume services."""
-    return coordination.COORDINATOR.get_lock(lock_name(volume_id))
-
-
-def lock_is_ours(lock):
-    """Whether the lock service still confirms *lock* is held by us.
-
-    tooz's ``is_still_owner``; its etcd3gw driver has none, so there the
-    lock's lease is refreshed and its key read back.  A lock service that
-    cannot be asked answers False.  A driver that can tell neither way
-    (tooz's mysql, pgsql) is taken at its word.
-    """
-    try:
-        try:
-            return bool(lock.is_still_owner())
-        except tooz.NotImplemented:
-            pass
-        if isinstance(lock, tooz_etcd3gw.Etcd3Lock):
-            return _etcd3gw_lock_is_ours(lock)
-        return True
-    except Exception as err:
-        LOG.warning('The lock service cannot confirm lock %(lock)s: '
-                    '%(err)s', {'lock': lock.name, 'err': err})
-        return False
-
-
-def _etcd3gw_lock_is_ours(lock):
-    # tooz's Etcd3Lock: a key bound to a lease, holding the lock's uuid.
-    if not lock.acquired or lock._lease.refresh() <= 0:
-        return False
-    return lock._coord.client.get(lock._key) == [
-        base64.b64decode(lock._uuid)]
-
-
-def check_lock(lock, volume, step):
-    """Raise ``LockLost`` unless the lock service confirms *lock*."""
-    if lock is not None and not lock_is_ours(lock):
-        raise fd_exception.LockLost(volume_id=volume.id, step=step,
-                                    reason='lease lost or service '
-                                           'unreachable')
-
-
-def _release(lock):
-    try:
-        lock.release()
-    except Exception as err:
-        # Not held any more, or the lock service is unreachable.  tooz's
-        # etcd3gw coordinator would go on refreshing the lease of a lock
-        # whose release failed, once etcd is back: the volume would stay
-        # locked for good.  Forgotten, its lease expires.
-        LOG.warning('Could not release lock %(lock)s (%(err)s); it expires '
-                    'with its lease.', {'lock': lock.name, 'err': err})
-        if isinstance(lock, tooz_etcd3gw.Etcd3Lock):
-            lock._coord._acquired_locks.discard(lock)
 
 
 class _DriverTask(flow_utils.CinderTask):
@@ -178,7 +113,7 @@ class LockVolumeTask(flow_utils.CinderTask):
     default_provides = 'lock'
 
     def execute(self, volume):
-        lock = volume_lock(volume.id)
+        lock = locks.volume_lock(volume.id)
         lock.acquire(blocking=True)
         return lock
 
@@ -186,7 +121,7 @@ class LockVolumeTask(flow_utils.CinderTask):
         # A failed acquire reverts with taskflow's Failure, not the lock.
         if result is not None and not isinstance(
                 result, (Exception, taskflow_failure.Failure)):
-            _release(result)
+            locks.release(result)
 
 
 class RequireDetachedTask(flow_utils.CinderTask):
@@ -370,7 +305,7 @@ class DisconnectLocalHostTask(_DriverTask):
     """
 
     def execute(self, volume, connector, detaching, revoke, lock):
-        check_lock(lock, volume, type(self).__name__)
+        locks.check_lock(lock, volume, type(self).__name__)
         if revoke:
             self.driver.disconnect_local_host(volume, connector, detaching)
 
@@ -379,7 +314,7 @@ class RevokeHostAccessTask(_DriverTask):
     """Terminate the backend connections of the hosts that leave."""
 
     def execute(self, volume, revoke, lock):
-        check_lock(lock, volume, type(self).__name__)
+        locks.check_lock(lock, volume, type(self).__name__)
         for host_connector in revoke:
             self.driver.revoke_host_access(volume, host_connector)
 
@@ -414,7 +349,7 @@ class FenceClientsTask(_DriverTask):
         self.batch = batch
 
     def execute(self, volume, revoke, remaining, lock):
-        check_lock(lock, volume, type(self).__name__)
+        locks.check_lock(lock, volume, type(self).__name__)
         if not revoke:
             return
         if self.batch is not None and self.batch.has_result(volume.id):
@@ -435,7 +370,7 @@ class RemoveExportTask(_DriverTask):
         self.always = always
 
     def execute(self, context, volume, remaining=(), lock=None):
-        check_lock(lock, volume, type(self).__name__)
+        locks.check_lock(lock, volume, type(self).__name__)
         users = fd_attachments.export_users(remaining)
         if users and not self.always:
             LOG.info('Volume %(vol)s keeps its export for %(n)d other '
@@ -448,7 +383,7 @@ class ResetDatabaseTask(flow_utils.CinderTask):
     """Only now reset Cinder's attachments and volume status."""
 
     def execute(self, context, volume, detaching, attachment_id, lock):
-        check_lock(lock, volume, type(self).__name__)
+        locks.check_lock(lock, volume, type(self).__name__)
         ids = [a.id for a in detaching] or (
             [attachment_id] if attachment_id else [])
         for att_id in ids:
@@ -470,7 +405,7 @@ class ResetDatabaseTask(flow_utils.CinderTask):
 
 class ReleaseLockTask(flow_utils.CinderTask):
     def execute(self, lock):
-        _release(lock)
+        locks.release(lock)
 
 
 def get_flow(driver, reset_database=True, batch=None,
@@ -693,7 +628,7 @@ def run_remove_export(context, driver, volume):
 
     One task needs no engine (loading one costs ~10 ms a volume).
     """
-    lock = volume_lock(volume.id)
+    lock = locks.volume_lock(volume.id)
     with lock:
         RemoveExportTask(driver, always=True).execute(context, volume,
                                                       lock=lock)

@@ -42,7 +42,7 @@ from oslo_log import log as logging
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.audit import evidence
 from cinder_forcedetach import connector_grammar
-from cinder_forcedetach.flows import force_detach as force_detach_flow
+from cinder_forcedetach import locks
 from cinder_forcedetach.targets import tgt
 
 LOG = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class VolumeExports(object):
         lock, so a force-detach's revocation is not undone.
         """
         name = self.target_name(volume)
-        with force_detach_flow.volume_lock(volume['id']):
+        with locks.volume_lock(volume['id']):
             state = self.target.find(name)
             if state is None:
                 return

@@ -26,7 +26,7 @@ import fixtures
 
 from cinder.tests.functional.api import client
 
-from cinder_forcedetach.flows import force_detach as force_detach_flow
+from cinder_forcedetach import locks
 from tests.functional import base
 
 
@@ -115,7 +115,7 @@ class GrantRaceTestCase(base.CinderTgtTestCase):
         real_create = self.driver.exports.create
 
         def create(volume, path):
-            other = force_detach_flow.volume_lock(volume.id)
+            other = locks.volume_lock(volume.id)
             if other.acquire(blocking=False):
                 other.release()
                 taken_by_another.append(True)

@@ -12,14 +12,9 @@
 
 """Decisions of the force-detach flow that need no backend."""
 
-from unittest import mock
-
 import ddt
-import fixtures
 import testtools
-from tooz import coordination as tooz_coordination
 
-from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach.flows import force_detach as flow
 from tests import fakes
 
@@ -66,50 +61,3 @@ class FlowDecisionsTestCase(testtools.TestCase):
                           'RevokeHostAccessTask',
                           'FenceClientsTask', 'RemoveExportTask',
                           'ReleaseLockTask'], names)
-
-
-class LockConfirmationTestCase(testtools.TestCase):
-    """The flow asks the lock service before each step that changes state.
-
-    Real tooz drivers: the file driver, and the etcd3gw driver pointed at a
-    loopback port nothing listens on (an etcd that is down).
-    """
-
-    VOLUME = mock.Mock(id='11111111-2222-3333-4444-555555555555')
-
-    def coordinator(self, url):
-        coord = tooz_coordination.get_coordinator(url, b'test-member')
-        coord.start(start_heart=False)
-        self.addCleanup(coord.stop)
-        return coord
-
-    def file_lock(self):
-        path = self.useFixture(fixtures.TempDir()).path
-        return self.coordinator('file://' + path).get_lock(b'volume-lock')
-
-    def test_held_file_lock_is_confirmed(self):
-        lock = self.file_lock()
-        self.assertTrue(lock.acquire())
-        self.addCleanup(lock.release)
-        self.assertTrue(flow.lock_is_ours(lock))
-        flow.check_lock(lock, self.VOLUME, 'RevokeHostAccessTask')
-
-    def test_released_lock_stops_the_step(self):
-        lock = self.file_lock()
-        lock.acquire()
-        lock.release()
-        self.assertFalse(flow.lock_is_ours(lock))
-        err = self.assertRaises(fd_exception.LockLost, flow.check_lock,
-                                lock, self.VOLUME, 'ResetDatabaseTask')
-        self.assertIn('stopped before ResetDatabaseTask', str(err))
-
-    def test_etcd_lock_never_acquired_is_not_ours(self):
-        port = fakes.free_tcp_port()
-        coord = tooz_coordination.get_coordinator(
-            'etcd3+http://127.0.0.1:%d?timeout=1' % port, b'test-member')
-        lock = coord.get_lock(b'volume-lock')
-        self.assertFalse(flow.lock_is_ours(lock))
-
-    def test_no_lock_no_check(self):
-        """run_remove_export's caller holds no flow lock."""
-        flow.check_lock(None, self.VOLUME, 'RemoveExportTask')

@@ -239,7 +239,7 @@ class VolumeExportsTestCase(testtools.TestCase):
                                    acls=['iqn.2026-11.org.example:old'])
         exports = self.exports(state)
         lock = self.useFixture(fixtures.MockPatch(
-            'cinder_forcedetach.flows.force_detach.volume_lock')).mock
+            'cinder_forcedetach.locks.volume_lock')).mock
         exports.remake(self.volume(), '/v/volume-1')
         lock.assert_called_once_with('1')
         self.assertEqual([('find', NAME), ('unexport', NAME, state, [])],

@@ -1,0 +1,106 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The volume's lock, across volume services (tooz via cinder.coordination).
+
+What grants access to a volume and what removes it take the same lock: the
+force-detach flow, the mixin's wrappers of Cinder's calls and the target's
+re-export after an extend.  A lease the lock service no longer confirms
+(etcd unreachable) stops a step rather than let it run unlocked.
+"""
+
+import base64
+
+from cinder import coordination
+from oslo_log import log as logging
+import tooz
+
+from cinder_forcedetach import exception as fd_exception
+
+try:
+    from tooz.drivers import etcd3gw as tooz_etcd3gw
+except ImportError:  # pragma: no cover - etcd3gw is optional for tooz
+    # A node whose coordination backend is not etcd3gw need not have it.
+    tooz_etcd3gw = None
+
+LOG = logging.getLogger(__name__)
+
+
+def lock_name(volume_id: str) -> str:
+    """Name of the coordination lock that serialises a volume's teardown."""
+    return 'cinder-forcedetach-%s' % volume_id
+
+
+def volume_lock(volume_id: str) -> tooz.locking.Lock:
+    """The volume's tooz lock (a context manager), across volume services."""
+    return coordination.COORDINATOR.get_lock(lock_name(volume_id))
+
+
+def _is_etcd3gw(lock: tooz.locking.Lock) -> bool:
+    return tooz_etcd3gw is not None and isinstance(lock,
+                                                   tooz_etcd3gw.Etcd3Lock)
+
+
+def lock_is_ours(lock: tooz.locking.Lock) -> bool:
+    """Whether the lock service still confirms *lock* is held by us.
+
+    tooz's ``is_still_owner``; its etcd3gw driver has none, so there the
+    lock's lease is refreshed and its key read back.  A lock service that
+    cannot be asked answers False.  A driver that can tell neither way
+    (tooz's mysql, pgsql) is taken at its word.
+    """
+    try:
+        try:
+            return bool(lock.is_still_owner())
+        except tooz.NotImplemented:
+            pass
+        if _is_etcd3gw(lock):
+            return _etcd3gw_lock_is_ours(lock)
+        return True
+    except Exception as err:
+        LOG.warning('The lock service cannot confirm lock %(lock)s: '
+                    '%(err)s', {'lock': lock.name, 'err': err})
+        return False
+
+
+def _etcd3gw_lock_is_ours(lock) -> bool:
+    # tooz's Etcd3Lock: a key bound to a lease, holding the lock's uuid.
+    if not lock.acquired or lock._lease.refresh() <= 0:
+        return False
+    return lock._coord.client.get(lock._key) == [
+        base64.b64decode(lock._uuid)]
+
+
+def check_lock(lock, volume, step: str) -> None:
+    """Raise ``LockLost`` unless the lock service confirms *lock*.
+
+    *lock* None: the caller holds no lock of its own to check.
+    """
+    if lock is not None and not lock_is_ours(lock):
+        raise fd_exception.LockLost(volume_id=volume.id, step=step,
+                                    reason='lease lost or service '
+                                           'unreachable')
+
+
+def release(lock: tooz.locking.Lock) -> None:
+    """Release *lock*; a lock that cannot be released is forgotten."""
+    try:
+        lock.release()
+    except Exception as err:
+        # Not held any more, or the lock service is unreachable.  tooz's
+        # etcd3gw coordinator would go on refreshing the lease of a lock
+        # whose release failed, once etcd is back: the volume would stay
+        # locked for good.  Forgotten, its lease expires.
+        LOG.warning('Could not release lock %(lock)s (%(err)s); it expires '
+                    'with its lease.', {'lock': lock.name, 'err': err})
+        if _is_etcd3gw(lock):
+            lock._coord._acquired_locks.discard(lock)
