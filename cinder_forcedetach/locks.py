@@ -23,6 +23,7 @@ import base64
 from cinder import coordination
 from oslo_log import log as logging
 import tooz
+from tooz import locking
 
 from cinder_forcedetach import exception as fd_exception
 
@@ -40,17 +41,17 @@ def lock_name(volume_id: str) -> str:
     return 'cinder-forcedetach-%s' % volume_id
 
 
-def volume_lock(volume_id: str) -> tooz.locking.Lock:
+def volume_lock(volume_id: str) -> locking.Lock:
     """The volume's tooz lock (a context manager), across volume services."""
     return coordination.COORDINATOR.get_lock(lock_name(volume_id))
 
 
-def _is_etcd3gw(lock: tooz.locking.Lock) -> bool:
+def _is_etcd3gw(lock: locking.Lock) -> bool:
     return tooz_etcd3gw is not None and isinstance(lock,
                                                    tooz_etcd3gw.Etcd3Lock)
 
 
-def lock_is_ours(lock: tooz.locking.Lock) -> bool:
+def lock_is_ours(lock: locking.Lock) -> bool:
     """Whether the lock service still confirms *lock* is held by us.
 
     tooz's ``is_still_owner``; its etcd3gw driver has none, so there the
@@ -91,7 +92,7 @@ def check_lock(lock, volume, step: str) -> None:
                                            'unreachable')
 
 
-def release(lock: tooz.locking.Lock) -> None:
+def release(lock: locking.Lock) -> None:
     """Release *lock*; a lock that cannot be released is forgotten."""
     try:
         lock.release()
