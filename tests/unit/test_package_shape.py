@@ -23,6 +23,9 @@ import ast
 import configparser
 import importlib
 import os
+import subprocess
+import sys
+import textwrap
 
 import testtools
 
@@ -31,6 +34,35 @@ import cinder_forcedetach
 PACKAGE_DIR = os.path.dirname(cinder_forcedetach.__file__)
 REPO_ROOT = os.path.dirname(PACKAGE_DIR)
 NOT_SHIPPED = ('devbox', 'tests', 'tools', 'benchmarks')
+# Top-level modules of test-requirements.txt (the developers' venv has
+# them, a Cinder node need not) and of the conformance extra.
+TEST_ONLY = ('etcd3gw', 'ddt', 'stestr', 'hypothesis', 'nova', 'neutron',
+             'neutron_lib', 'keystone', 'glance', 'placement', 'tempest',
+             'cinder_tempest_plugin', 'gunicorn', 'pymysql', 'reno',
+             'hacking')
+CONFORMANCE_EXTRA = ('fixtures', 'testtools')
+# Import every module of the package with TEST_ONLY, CONFORMANCE_EXTRA and
+# NOT_SHIPPED unimportable; print "module<TAB>error" for each that fails.
+IMPORT_ALL = textwrap.dedent("""
+    import importlib, importlib.abc, pkgutil, sys
+    BLOCKED = set(sys.argv[1].split(','))
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.split('.')[0] in BLOCKED:
+                raise ImportError('blocked: ' + name)
+
+    sys.meta_path.insert(0, Block())
+    import cinder_forcedetach
+    for module in pkgutil.walk_packages(cinder_forcedetach.__path__,
+                                        'cinder_forcedetach.'):
+        if module.name.endswith('__main__'):
+            continue
+        try:
+            importlib.import_module(module.name)
+        except Exception as err:
+            print('%s\t%s' % (module.name, err))
+""")
 
 
 def package_modules():
@@ -86,3 +118,25 @@ class PackageShapeTestCase(testtools.TestCase):
                              module.split('.')[0], target)
             self.assertTrue(callable(getattr(
                 importlib.import_module(module), attribute)), target)
+
+    def test_the_package_imports_without_the_test_requirements(self):
+        """What the CLI and the drivers import is in requirements.txt.
+
+        tooz imported its etcd3gw driver's client at module level from the
+        flow: from the wheel alone the CLI failed to start.  Only the
+        conformance kit needs more (``cinder-forcedetach[conformance]``).
+        """
+        blocked = TEST_ONLY + CONFORMANCE_EXTRA + NOT_SHIPPED
+        run = subprocess.run(
+            [sys.executable, '-c', IMPORT_ALL, ','.join(blocked)],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+        self.assertEqual(0, run.returncode, run.stderr[-2000:])
+        failed = dict(line.split('\t', 1)
+                      for line in run.stdout.splitlines())
+        self.assertEqual(['cinder_forcedetach.conformance.harness',
+                          'cinder_forcedetach.conformance.runner',
+                          'cinder_forcedetach.conformance.suite'],
+                         sorted(failed), failed)
+        for module, error in failed.items():
+            self.assertIn(error.split()[-1].split('.')[0],
+                          CONFORMANCE_EXTRA, module)
