@@ -47,7 +47,7 @@ from oslo_log import log as logging
 from oslo_utils import timeutils
 
 from cinder_forcedetach import attachments as fd_attachments
-from cinder_forcedetach.audit import evidence
+from cinder_forcedetach import host_access
 from cinder_forcedetach import notifications
 
 LOG = logging.getLogger(__name__)
@@ -77,10 +77,10 @@ def unexplained(holders, explaining):
     nothing; an address rule that admits any host (``ALL``) goes with the
     sessions it admits, which are holders of their own.
     """
-    keys = frozenset().union(*(evidence.connector_keys(c)
+    keys = frozenset().union(*(host_access.connector_keys(c)
                                for c in explaining))
     return [h for h in holders
-            if h.keys and evidence.ANY_HOST not in h.keys and
+            if h.keys and host_access.ANY_HOST not in h.keys and
             not h.keys & keys]
 
 

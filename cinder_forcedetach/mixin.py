@@ -314,7 +314,7 @@ class ForceDetachMixin(object):
     def audit_holders(self) -> dict:
         """Who the backend lets reach each volume now, in one bulk read.
 
-        ``{volume name: [cinder_forcedetach.audit.evidence.Holder]}`` for
+        ``{volume name: [cinder_forcedetach.audit.host_access.Holder]}`` for
         every volume the backend exports or that a client holds; a volume
         absent holds nothing.  The audit (``cinder-forcedetach audit``)
         compares it with Cinder's attachments and Nova's mappings.
@@ -325,7 +325,7 @@ class ForceDetachMixin(object):
     def volume_holders(self, volume: objects.Volume) -> Optional[list]:
         """Who the backend lets reach *volume* now, or None if it cannot tell.
 
-        ``[cinder_forcedetach.audit.evidence.Holder]``, read before every
+        ``[cinder_forcedetach.audit.host_access.Holder]``, read before every
         grant (:mod:`cinder_forcedetach.grant_fence`).  Default: this
         volume's entry of :meth:`audit_holders`; a driver overrides it
         with a read of the one volume.

@@ -54,11 +54,11 @@ from oslo_utils import timeutils
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.audit import cases
-from cinder_forcedetach.audit import evidence
 from cinder_forcedetach.audit import repair
 from cinder_forcedetach.audit import runner
 from cinder_forcedetach.audit import sources
 from cinder_forcedetach.flows import force_detach as force_detach_flow
+from cinder_forcedetach import host_access
 from cinder_forcedetach import notifications
 
 LOG = logging.getLogger(__name__)
@@ -265,13 +265,13 @@ def _older_than(stamp, now, seconds):
 
 def _ended_attachment_of(ctxt, volume_id, connector):
     """The latest ended attachment row of *connector*'s host, or None."""
-    keys = evidence.connector_keys(connector)
+    keys = host_access.connector_keys(connector)
     if not keys:
         return None
     rows = db_api.volume_attachment_get_all(
         ctxt.elevated(read_deleted='yes'), filters={'volume_id': volume_id})
     ended = [r for r in rows if r['attach_status'] in (
-        fd_attachments.ENDED_ATTACH_STATUSES) and evidence.connector_keys(
+        fd_attachments.ENDED_ATTACH_STATUSES) and host_access.connector_keys(
         _loads(r['connector'])) & keys]
     return max(ended, key=lambda r: str(r['deleted_at'] or
                                         r['detach_time'] or ''),

@@ -27,7 +27,7 @@ import dataclasses
 import datetime
 from typing import Optional
 
-from cinder_forcedetach.audit import evidence
+from cinder_forcedetach import host_access
 
 Case = collections.namedtuple('Case', ['name', 'summary', 'usecase',
                                        'repair'])
@@ -203,8 +203,8 @@ class Nova(object):
 class Snapshot(object):
     """Every source, read once."""
 
-    volumes: dict                       # id -> evidence.Volume
-    attachments: dict                   # volume id -> [evidence.Attachment]
+    volumes: dict                       # id -> records.Volume
+    attachments: dict                   # volume id -> [records.Attachment]
     backends: dict                      # host@backend -> Backend
     nova: Optional[Nova] = None         # None: Nova not consulted
     now: Optional[datetime.datetime] = None
@@ -236,7 +236,7 @@ class _VolumeAudit(object):
         self.backend = backend
         self.live = snapshot.attachments.get(volume.id, [])
         self.holders = backend.holders.get(volume.id, [])
-        self.keys = {a.id: evidence.connector_keys(a.connector)
+        self.keys = {a.id: host_access.connector_keys(a.connector)
                      for a in self.live}
         self.findings = []
 
@@ -289,14 +289,14 @@ class _VolumeAudit(object):
         # when no attachment is left to use it.
         self.leaked([h for h in self.holders
                      if (h.keys or not self.live) and not any(
-                         evidence.holder_reaches(h, k) for k in attached)])
+                         host_access.holder_reaches(h, k) for k in attached)])
         return self.findings
 
     def interrupted(self, connectors):
         """One finding: finishing the force-detach repairs the rest."""
         everyone = any(c is None for c in connectors)
         leaving = [a for a in self.live if everyone or any(
-            self.keys[a.id] & evidence.connector_keys(c)
+            self.keys[a.id] & host_access.connector_keys(c)
             for c in connectors)]
         hosts = ', '.join(sorted((c or {}).get('host') or '*'
                                  for c in connectors))
@@ -343,7 +343,7 @@ class _VolumeAudit(object):
             return
         if self.backend.grants and att.connector:
             keys = self.keys[att.id]
-            if not any(evidence.holder_reaches(h, keys)
+            if not any(host_access.holder_reaches(h, keys)
                        for h in self.holders):
                 finding = self.add(
                     'attached_not_exported', attachment_id=att.id,
@@ -363,7 +363,7 @@ class _VolumeAudit(object):
                              None)
             host = next((connector[k] for k in ('host', 'ip', 'initiator')
                          if (connector or {}).get(k)), group[0].label)
-            everyone = evidence.ANY_HOST in keys
+            everyone = host_access.ANY_HOST in keys
             if deleted or not self.live:
                 action = TEARDOWN if deleted else DETACH_ALL
             else:

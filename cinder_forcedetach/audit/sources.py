@@ -30,7 +30,8 @@ from oslo_log import log as logging
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.audit import cases
-from cinder_forcedetach.audit import evidence
+from cinder_forcedetach.audit import records
+from cinder_forcedetach import host_access
 
 LOG = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def _connector(text):
         value = json.loads(text)
     except (TypeError, ValueError):
         return None
-    return evidence.public_connector(value)
+    return host_access.public_connector(value)
 
 
 def backend_resolver(cluster, audited):
@@ -129,9 +130,9 @@ class CinderDB(object):
                         at.c.deleted.is_(False),
                         at.c.attach_status.notin_(ended))).all():
                     attachments.setdefault(vid, []).append(
-                        evidence.Attachment(aid, vid, status, instance,
-                                            _connector(connector), host,
-                                            updated))
+                        records.Attachment(aid, vid, status, instance,
+                                           _connector(connector), host,
+                                           updated))
         except Exception as err:
             raise Unreachable('Cinder\'s database: %s' % err) from err
         for vid, text in marked.items():
@@ -153,7 +154,7 @@ class CinderDB(object):
         (vid, name_id, status, attach_status, host, cluster, updated,
          deleted) = row
         record = marked.get(vid) if marked else None
-        return evidence.Volume(
+        return records.Volume(
             vid, self.name_template % (name_id or vid), status,
             attach_status, self.backend_of(host, cluster), updated,
             bool(deleted),
@@ -198,8 +199,8 @@ def read_backend(name, driver):
         return backend
     if hasattr(driver, 'list_fences'):
         try:
-            backend.fences = [evidence.Fence(f['addr'], f['volume_id'],
-                                             bool(f.get('active')))
+            backend.fences = [records.Fence(f['addr'], f['volume_id'],
+                                            bool(f.get('active')))
                               for f in driver.list_fences()]
         except Exception as err:
             backend.error = 'fence records: %s: %s' % (
@@ -271,8 +272,8 @@ def read_nova_api(context, timeout=60):
         state = info.get('OS-EXT-STS:vm_state') or 'unknown'
         instances[info['id']] = state
         for vol in info.get(_VOLUMES) or []:
-            bdms.append(evidence.Bdm(info['id'], vol['id'], None, state,
-                                     info.get('OS-EXT-SRV-ATTR:host')))
+            bdms.append(records.Bdm(info['id'], vol['id'], None, state,
+                                    info.get('OS-EXT-SRV-ATTR:host')))
     return cases.Nova(bdms, instances)
 
 
@@ -287,9 +288,9 @@ def read_nova_file(path):
     try:
         with open(path) as f:
             data = json.load(f)
-        bdms = [evidence.Bdm(b['instance_uuid'], b['volume_id'],
-                             b.get('attachment_id'), b['vm_state'],
-                             b.get('host')) for b in data.get('bdms', [])]
+        bdms = [records.Bdm(b['instance_uuid'], b['volume_id'],
+                            b.get('attachment_id'), b['vm_state'],
+                            b.get('host')) for b in data.get('bdms', [])]
         instances = dict(data.get('instances', {}))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError('cannot read Nova mappings from %s: %s' % (

@@ -41,8 +41,8 @@ from oslo_utils import excutils
 
 from cinder_forcedetach.arrays import base as array_base
 from cinder_forcedetach.arrays import sqlite as array_sqlite
-from cinder_forcedetach.audit import evidence
 from cinder_forcedetach.drivers import common
+from cinder_forcedetach import host_access
 from cinder_forcedetach import mixin
 
 LOG = logging.getLogger(__name__)
@@ -305,7 +305,7 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
 def _mapping_holder(host, wwpns):
     """The audit's holder of a LUN mapped to array host *host*."""
-    return evidence.Holder(
-        'mapping', frozenset('wwpn:%s' % evidence.normalize_wwpn(w)
+    return host_access.Holder(
+        'mapping', frozenset('wwpn:%s' % host_access.normalize_wwpn(w)
                              for w in wwpns), host,
         {'host': host, 'wwpns': list(wwpns)})

@@ -43,11 +43,11 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from cinder_forcedetach import attachments as fd_attachments
-from cinder_forcedetach.audit import evidence
 from cinder_forcedetach.ceph import cluster
 from cinder_forcedetach.ceph import fencing
 from cinder_forcedetach.ceph import images
 from cinder_forcedetach.flows import force_detach as force_detach_flow
+from cinder_forcedetach import host_access
 from cinder_forcedetach import image as fd_image
 from cinder_forcedetach import mixin
 
@@ -332,4 +332,4 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
 def _client_holder(kind, addr):
     """The audit's holder of a librbd client, keyed by its IP."""
     ip = fencing.addr_ip(addr)
-    return evidence.Holder(kind, frozenset({'ip:' + ip}), addr, {'ip': ip})
+    return host_access.Holder(kind, frozenset({'ip:' + ip}), addr, {'ip': ip})

@@ -40,8 +40,8 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from cinder_forcedetach import attachments as fd_attachments
-from cinder_forcedetach.audit import evidence
 from cinder_forcedetach import connector_grammar
+from cinder_forcedetach import host_access
 from cinder_forcedetach import locks
 from cinder_forcedetach.targets import tgt
 
@@ -357,26 +357,26 @@ def _state_holders(state):
     ACL entry or session it still has: it is an ``export`` holder only.
     """
     if not tgt.is_ready(state):
-        return [evidence.Holder('export', frozenset(), state.name, None)]
+        return [host_access.Holder('export', frozenset(), state.name, None)]
     holders = [_initiator_holder('acl', i) for i in state.acls]
     holders += [_initiator_holder('session', s.initiator)
                 for s in state.sessions if s.initiator]
     # Ours never writes address rules: no connector revokes one.
     for rule in state.address_acls:
-        keys = {evidence.ANY_HOST} if rule == 'ALL' else {'ip:' + rule}
-        holders.append(evidence.Holder('address-acl', frozenset(keys), rule,
-                                       None))
+        keys = {host_access.ANY_HOST} if rule == 'ALL' else {'ip:' + rule}
+        holders.append(host_access.Holder('address-acl', frozenset(keys), rule,
+                                          None))
     if not holders:
-        holders.append(evidence.Holder('export', frozenset(), state.name,
-                                       None))
+        holders.append(host_access.Holder('export', frozenset(), state.name,
+                                          None))
     return holders
 
 
 @functools.lru_cache(maxsize=65536)
 def _initiator_holder(kind, initiator):
     """One holder per initiator and kind, shared: hosts hold many volumes."""
-    return evidence.Holder(kind, frozenset({'iqn:' + initiator}), initiator,
-                           {'initiator': initiator})
+    return host_access.Holder(kind, frozenset({'iqn:' + initiator}), initiator,
+                              {'initiator': initiator})
 
 
 class TgtTarget(target_driver.Target):

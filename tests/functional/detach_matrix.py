@@ -25,7 +25,7 @@ and ``connector_for(host)``.
 
 from cinder.tests.functional.api import client
 
-from cinder_forcedetach.audit import evidence
+from cinder_forcedetach import host_access
 from tests.support import waiting
 
 LAYOUTS = {
@@ -71,7 +71,7 @@ class DetachMatrix(object):
 
     def wait_host_revoked(self, vol_id, host, timeout=10):
         """Until the driver's holders of the volume no longer show *host*."""
-        keys = evidence.connector_keys(self.connector_for(host))
+        keys = host_access.connector_keys(self.connector_for(host))
         waiting.wait_for(
             lambda: not any(h.keys & keys for h in self.driver.volume_holders(
                 self.db_volume(vol_id))), timeout,

@@ -21,8 +21,8 @@ import types
 
 import testtools
 
-from cinder_forcedetach.audit import evidence
 from cinder_forcedetach import grant_fence
+from cinder_forcedetach import host_access
 from tests import fakes
 
 A = fakes.CONNECTOR_A
@@ -37,8 +37,8 @@ def att(att_id, connector, instance, status='attached'):
 
 
 def holder(kind, connector, label):
-    return evidence.Holder(kind, evidence.connector_keys(connector), label,
-                           connector)
+    return host_access.Holder(kind, host_access.connector_keys(connector),
+                              label, connector)
 
 
 def volume(multiattach=False):
@@ -89,10 +89,10 @@ class ExplainingTestCase(testtools.TestCase):
                                            [client, other]))
 
     def test_hostless_holders_are_not_cut(self):
-        export = evidence.Holder('export', frozenset(), 'iqn.t', None)
-        everyone = evidence.Holder('address-acl',
-                                   frozenset({evidence.ANY_HOST}), 'ALL',
-                                   None)
+        export = host_access.Holder('export', frozenset(), 'iqn.t', None)
+        everyone = host_access.Holder('address-acl',
+                                      frozenset({host_access.ANY_HOST}), 'ALL',
+                                      None)
         self.assertEqual([], self.cut(volume(), [], B, [export, everyone]))
 
 

@@ -18,7 +18,8 @@ import ddt
 import testtools
 
 from cinder_forcedetach.audit import cases
-from cinder_forcedetach.audit import evidence
+from cinder_forcedetach.audit import records
+from cinder_forcedetach import host_access
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, 0)
 OLD = NOW - datetime.timedelta(hours=2)
@@ -29,25 +30,25 @@ IQN2 = 'iqn.2026-11.org.example:compute2'
 
 def volume(vid='v1', status='in-use', attach_status='attached', deleted=False,
            updated_at=OLD, backend=BACKEND, in_teardown=None):
-    return evidence.Volume(vid, 'volume-%s' % vid, status, attach_status,
-                           backend, updated_at, deleted, in_teardown)
+    return records.Volume(vid, 'volume-%s' % vid, status, attach_status,
+                          backend, updated_at, deleted, in_teardown)
 
 
 def attachment(aid, vid='v1', host='compute1', status='attached',
                instance='i1', updated_at=OLD, iqn=IQN1):
     connector = None if host is None else {'host': host, 'initiator': iqn,
                                            'ip': '10.0.0.%s' % host[-1]}
-    return evidence.Attachment(aid, vid, status, instance, connector, host,
-                               updated_at)
+    return records.Attachment(aid, vid, status, instance, connector, host,
+                              updated_at)
 
 
 def acl(iqn=IQN1, kind='acl'):
-    return evidence.Holder(kind, frozenset({'iqn:' + iqn}), iqn,
-                           {'initiator': iqn})
+    return host_access.Holder(kind, frozenset({'iqn:' + iqn}), iqn,
+                              {'initiator': iqn})
 
 
 def bdm(instance='i1', vid='v1', att=None, state='active'):
-    return evidence.Bdm(instance, vid, att, state, 'compute1')
+    return records.Bdm(instance, vid, att, state, 'compute1')
 
 
 def snapshot(volumes, attachments=(), holders=None, nova=None, grants=True,
@@ -97,9 +98,9 @@ class ClassifyTestCase(testtools.TestCase):
                          (finding.case, finding.action, finding.connector))
 
     def test_address_rule_admitting_everyone_is_refused_when_attached(self):
-        everyone = evidence.Holder('address-acl',
-                                   frozenset({evidence.ANY_HOST}), 'ALL',
-                                   None)
+        everyone = host_access.Holder('address-acl',
+                                      frozenset({host_access.ANY_HOST}), 'ALL',
+                                      None)
         snap = snapshot([volume()], [attachment('a1')],
                         {'v1': [acl(), everyone]})
         findings = classify(snap)[0]
@@ -112,8 +113,8 @@ class ClassifyTestCase(testtools.TestCase):
         self.assertEqual(cases.DETACH_ALL, finding.action)
 
     def test_bare_export_of_an_attached_volume_is_no_leak(self):
-        bare = evidence.Holder('export', frozenset(), 'iqn.t:volume-v1',
-                               None)
+        bare = host_access.Holder('export', frozenset(), 'iqn.t:volume-v1',
+                                  None)
         snap = snapshot([volume()], [attachment('a1')], {'v1': [bare]},
                         cases.Nova([bdm(att='a1')], {'i1': 'active'}))
         self.assertEqual(['attached_not_exported'], self.cases_of(snap))
@@ -264,9 +265,9 @@ class ClassifyTestCase(testtools.TestCase):
         self.assertIn('instance i1 is active', finding.refused)
 
     def test_fence_outliving_its_volume(self):
-        fences = [evidence.Fence('127.0.0.11:0/1', 'v1', True),
-                  evidence.Fence('127.0.0.11:0/2', 'v2', True),
-                  evidence.Fence('127.0.0.11:0/3', 'v3', False)]
+        fences = [records.Fence('127.0.0.11:0/1', 'v1', True),
+                  records.Fence('127.0.0.11:0/2', 'v2', True),
+                  records.Fence('127.0.0.11:0/3', 'v3', False)]
         snap = snapshot([volume('v1', deleted=True, status='deleted'),
                          volume('v2', status='available',
                                 attach_status='detached')],

@@ -19,8 +19,9 @@ import fixtures
 import testtools
 
 from cinder_forcedetach.audit import cases
-from cinder_forcedetach.audit import evidence
+from cinder_forcedetach.audit import records
 from cinder_forcedetach.audit import sources
+from cinder_forcedetach import host_access
 
 
 class _Driver(object):
@@ -55,12 +56,12 @@ class _Cinder(object):
 
 
 def _volume(vid, deleted=False):
-    return evidence.Volume(vid, 'volume-%s' % vid, 'available', 'detached',
-                           None, None, deleted, None)
+    return records.Volume(vid, 'volume-%s' % vid, 'available', 'detached',
+                          None, None, deleted, None)
 
 
-HOLDER = evidence.Holder('watcher', frozenset({'ip:10.0.0.1'}),
-                         '10.0.0.1:0/1', {'ip': '10.0.0.1'})
+HOLDER = host_access.Holder('watcher', frozenset({'ip:10.0.0.1'}),
+                            '10.0.0.1:0/1', {'ip': '10.0.0.1'})
 
 
 class ReadBackendTestCase(testtools.TestCase):
@@ -72,7 +73,7 @@ class ReadBackendTestCase(testtools.TestCase):
                      'active': True, 'hosts': ['x']}]))
         self.assertEqual((False, None, {'volume-a': [HOLDER]}),
                          (backend.grants, backend.error, backend.holders))
-        self.assertEqual([evidence.Fence('1.2.3.4:0/5', 'a', True)],
+        self.assertEqual([records.Fence('1.2.3.4:0/5', 'a', True)],
                          backend.fences)
 
     def test_driver_without_audit_support(self):
@@ -95,7 +96,7 @@ class AttachHoldersTestCase(testtools.TestCase):
         backend = cases.Backend('n@rbd', holders={
             'volume-a': [HOLDER], 'volume-b': [HOLDER],
             'stranger': [HOLDER]},
-            fences=[evidence.Fence('x', 'f', True)])
+            fences=[records.Fence('x', 'f', True)])
         sources.attach_holders(backend, cinder, volumes)
         self.assertEqual({'a', 'b', 'name:stranger'}, set(backend.holders))
         self.assertEqual({'a', 'b', 'f'}, set(volumes))
@@ -118,7 +119,7 @@ class ReadNovaFileTestCase(testtools.TestCase):
             'instances': {'i2': 'deleted'},
             'bdms': [{'instance_uuid': 'i1', 'volume_id': 'v1',
                       'attachment_id': 'a1', 'vm_state': 'active'}]}))
-        self.assertEqual([evidence.Bdm('i1', 'v1', 'a1', 'active', None)],
+        self.assertEqual([records.Bdm('i1', 'v1', 'a1', 'active', None)],
                          nova.bdms)
         self.assertEqual({'i1': 'active', 'i2': 'deleted'}, nova.instances)
 

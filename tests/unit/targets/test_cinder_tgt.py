@@ -19,7 +19,7 @@ import fixtures
 import testtools
 
 from cinder_forcedetach import attachments as fd_attachments
-from cinder_forcedetach.audit import evidence
+from cinder_forcedetach import host_access
 from cinder_forcedetach.targets import base
 from cinder_forcedetach.targets import cinder_tgt
 from cinder_forcedetach.targets import tgt
@@ -56,14 +56,14 @@ class HoldersTestCase(testtools.TestCase):
         holders = exports.holders()
         self.assertEqual({'volume-a', 'volume-b', 'volume-c'}, set(holders))
         self.assertEqual(
-            [evidence.Holder('acl', frozenset({'iqn:' + IQN1}), IQN1,
-                             {'initiator': IQN1}),
-             evidence.Holder('session', frozenset({'iqn:' + IQN2}), IQN2,
-                             {'initiator': IQN2})], holders['volume-a'])
-        self.assertEqual([evidence.Holder(
-            'address-acl', frozenset({evidence.ANY_HOST}), 'ALL', None)],
+            [host_access.Holder('acl', frozenset({'iqn:' + IQN1}), IQN1,
+                                {'initiator': IQN1}),
+             host_access.Holder('session', frozenset({'iqn:' + IQN2}), IQN2,
+                                {'initiator': IQN2})], holders['volume-a'])
+        self.assertEqual([host_access.Holder(
+            'address-acl', frozenset({host_access.ANY_HOST}), 'ALL', None)],
             holders['volume-b'])
-        self.assertEqual([evidence.Holder(
+        self.assertEqual([host_access.Holder(
             'export', frozenset(), PREFIX + 'volume-c', None)],
             holders['volume-c'])
 
@@ -77,8 +77,8 @@ class OfflineHoldersTestCase(testtools.TestCase):
             1, name, ready=False, acls=[IQN1], address_acls=['ALL'],
             sessions=[base.Session(1, IQN2, [1])]))
         self.assertEqual(
-            {'volume-a': [evidence.Holder('export', frozenset(), name,
-                                          None)]}, exports.holders())
+            {'volume-a': [host_access.Holder('export', frozenset(), name,
+                                             None)]}, exports.holders())
 
 
 class _Volume(dict):

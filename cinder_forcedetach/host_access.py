@@ -10,18 +10,14 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""What each source of truth says, as plain records.
-
-The audit reads Cinder's database, each backend and Nova in bulk into these
-records, then classifies (:mod:`.cases`) without touching any source.
-Records carry no secrets: no connection_info, no CHAP credentials.
+"""Who can reach a volume, in the terms every backend and the audit share.
 
 A backend describes who can reach a volume with :class:`Holder` records
-(``ForceDetachMixin.audit_holders``).  A holder and an attachment's
-connector are matched through *host keys* (:func:`connector_keys`): the
-same strings for the same host whatever the protocol, e.g.
-``iqn:iqn.1994-05.com.redhat:h1``, ``wwpn:21000024ff000001`` or
-``ip:10.0.0.5``.
+(``ForceDetachMixin.audit_holders``, ``volume_holders``).  A holder and an
+attachment's connector are matched through *host keys*
+(:func:`connector_keys`): the same strings for the same host whatever the
+protocol, e.g. ``iqn:iqn.1994-05.com.redhat:h1``, ``wwpn:21000024ff000001``
+or ``ip:10.0.0.5``.  Records carry no secrets.
 """
 
 import collections
@@ -44,30 +40,6 @@ Holder.__doc__ = """Someone the backend lets reach a volume now.
 :connector: a connector the driver's ``revoke_host_access`` and
     ``fence_clients`` take to cut this holder off.
 """
-
-Volume = collections.namedtuple('Volume', [
-    'id', 'name', 'status', 'attach_status', 'backend', 'updated_at',
-    'deleted', 'in_teardown'])
-Volume.__doc__ = """A row of Cinder's volumes table.
-
-``backend``: ``host@backend``, without the pool.  ``in_teardown``: None,
-or the connectors an interrupted force-detach was revoking (``None`` in
-the list: every host), from its record in the admin metadata.
-"""
-
-Attachment = collections.namedtuple('Attachment', [
-    'id', 'volume_id', 'attach_status', 'instance_uuid', 'connector',
-    'attached_host', 'updated_at'])
-Attachment.__doc__ = """A live row of Cinder's volume_attachment table
-(``connector``: the host's connector, without secrets, or None)."""
-
-Bdm = collections.namedtuple('Bdm', [
-    'instance_uuid', 'volume_id', 'attachment_id', 'vm_state', 'host'])
-Bdm.__doc__ = """A volume block device mapping of a Nova instance."""
-
-Fence = collections.namedtuple('Fence', ['addr', 'volume_id', 'active'])
-Fence.__doc__ = """A fence a force-detach recorded (an RBD blocklist entry)."""
-
 
 _IP_CHARS = frozenset('0123456789abcdefABCDEF.:[]%')
 

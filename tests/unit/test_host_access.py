@@ -14,13 +14,13 @@
 
 import testtools
 
-from cinder_forcedetach.audit import evidence
+from cinder_forcedetach import host_access
 
 
 class ConnectorKeysTestCase(testtools.TestCase):
 
     def test_every_identity_of_a_host(self):
-        keys = evidence.connector_keys({
+        keys = host_access.connector_keys({
             'host': 'compute1', 'ip': '10.0.0.5',
             'initiator': 'iqn.2026-11.org.example:c1',
             'wwpns': ['21:00:00:24:FF:00:00:01', 'not-a-wwpn']})
@@ -29,25 +29,25 @@ class ConnectorKeysTestCase(testtools.TestCase):
 
     def test_host_given_as_an_address_counts(self):
         self.assertEqual({'ip:10.0.0.6'},
-                         evidence.connector_keys({'host': '10.0.0.6'}))
+                         host_access.connector_keys({'host': '10.0.0.6'}))
 
     def test_no_connector_no_keys(self):
         for value in (None, 'junk', {}, {'wwpns': 'abc'}):
-            self.assertEqual(frozenset(), evidence.connector_keys(value))
+            self.assertEqual(frozenset(), host_access.connector_keys(value))
 
     def test_holder_reaches(self):
-        holder = evidence.Holder('acl', frozenset({'iqn:a'}), 'a', None)
-        everyone = evidence.Holder('address-acl',
-                                   frozenset({evidence.ANY_HOST}), 'ALL',
-                                   None)
-        self.assertTrue(evidence.holder_reaches(holder, {'iqn:a', 'ip:x'}))
-        self.assertFalse(evidence.holder_reaches(holder, {'iqn:b'}))
-        self.assertTrue(evidence.holder_reaches(everyone, frozenset()))
+        holder = host_access.Holder('acl', frozenset({'iqn:a'}), 'a', None)
+        everyone = host_access.Holder('address-acl',
+                                      frozenset({host_access.ANY_HOST}), 'ALL',
+                                      None)
+        self.assertTrue(host_access.holder_reaches(holder, {'iqn:a', 'ip:x'}))
+        self.assertFalse(host_access.holder_reaches(holder, {'iqn:b'}))
+        self.assertTrue(host_access.holder_reaches(everyone, frozenset()))
 
     def test_public_connector_drops_unknown_fields(self):
         self.assertEqual(
             {'host': 'h', 'initiator': 'iqn.x'},
-            evidence.public_connector({'host': 'h', 'initiator': 'iqn.x',
-                                       'auth_password': 'secret',
-                                       'keyring': 'AQ=='}))
-        self.assertIsNone(evidence.public_connector('junk'))
+            host_access.public_connector({'host': 'h', 'initiator': 'iqn.x',
+                                          'auth_password': 'secret',
+                                          'keyring': 'AQ=='}))
+        self.assertIsNone(host_access.public_connector('junk'))
