@@ -470,8 +470,8 @@ class RealTgtd(object):
 
 def check_format(real, targets, backing):
     """Differences between the real listing and ours of the same targets."""
-    from cinder_forcedetach.targets import tgt
-    parsed = tgt.parse_targets(real)
+    from cinder_forcedetach.targets import tgtadm
+    parsed = tgtadm.parse_targets(real)
     ours = ''.join(render(state.tid, targets[state.tid - 1], path=backing,
                           sessions=False, account=False)
                    for state in sorted(parsed.values(), key=lambda s: s.tid))
@@ -552,7 +552,7 @@ class ListingTarget(object):
     Stands in for ``TgtAdm`` under ``VolumeExports``: ``list_targets``
     runs the real ``tgtadm --op show --mode target`` (our privileged
     operation, in-process as root) and parses both listings together with
-    :func:`~cinder_forcedetach.targets.tgt.parse_targets`.
+    :func:`~cinder_forcedetach.targets.tgtadm.parse_targets`.
     """
 
     def __init__(self, control_port, synthetic_path):
@@ -563,7 +563,7 @@ class ListingTarget(object):
 
     def list_targets(self):
         from cinder_forcedetach.privileged import tgt as privileged_tgt
-        from cinder_forcedetach.targets import tgt
+        from cinder_forcedetach.targets import tgtadm
 
         real = ''
         start = time.perf_counter()
@@ -580,7 +580,7 @@ class ListingTarget(object):
         start = time.perf_counter()
         listing = real + synthetic
         del real, synthetic
-        targets = tgt.parse_targets(listing)
+        targets = tgtadm.parse_targets(listing)
         self.times['parse'] = time.perf_counter() - start
         return targets
 
@@ -613,7 +613,7 @@ def measure(workdir):
     from oslo_utils import timeutils
 
     from cinder_forcedetach.audit import cases
-    from cinder_forcedetach.audit import runner
+    from cinder_forcedetach.audit import scan
     from cinder_forcedetach.audit import sources
     from cinder_forcedetach.drivers import iscsi
     from cinder_forcedetach.targets import cinder_tgt
@@ -636,8 +636,8 @@ def measure(workdir):
 
     phases = collections.OrderedDict()
     marks = {}
-    # As runner.run does: no cycle collection during the pass.
-    no_gc = runner.no_cycle_collection()
+    # As scan.run does: no cycle collection during the pass.
+    no_gc = scan.no_cycle_collection()
     no_gc.__enter__()
     start = time.perf_counter()
     cinder = sources.CinderDB(ctxt, conf.volume_name_template,

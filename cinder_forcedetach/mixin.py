@@ -54,7 +54,7 @@ from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import connector_grammar
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import grant_fence
-from cinder_forcedetach import image
+from cinder_forcedetach import image_gates
 from cinder_forcedetach import locks
 from cinder_forcedetach import reconciler
 
@@ -93,7 +93,7 @@ class ForceDetachMixin(object):
         super(ForceDetachMixin, self).__init__(*args, **kwargs)
         if getattr(self, 'configuration', None):
             self.configuration.append_config_values(force_detach_opts)
-            self.configuration.append_config_values(image.image_opts)
+            self.configuration.append_config_values(image_gates.image_opts)
             self.configuration.append_config_values(
                 reconciler.reconcile_opts)
         self.reconciler = None
@@ -112,7 +112,7 @@ class ForceDetachMixin(object):
     @staticmethod
     def get_driver_options():
         """The mixin's options; a driver adds its own."""
-        return (force_detach_opts + image.image_opts +
+        return (force_detach_opts + image_gates.image_opts +
                 reconciler.reconcile_opts)
 
     def set_initialized(self):
@@ -393,15 +393,15 @@ class ForceDetachMixin(object):
 
         A raw image is streamed (no temporary file) after the format
         inspector has passed its head; any other format goes through
-        upstream's ``fetch_to_raw``; see :mod:`cinder_forcedetach.image`.
-        *discard*: see :func:`cinder_forcedetach.image.fetch_to_volume`;
+        upstream's ``fetch_to_raw``; see :mod:`cinder_forcedetach.image_gates`.
+        *discard*: see :func:`cinder_forcedetach.image_gates.fetch_to_volume`;
         by default the driver's ``discard_volume(volume)`` if it has one.
         """
         conf = self.configuration
         if discard is None and hasattr(self, 'discard_volume'):
             discard = lambda: self.discard_volume(volume)  # noqa: E731
         try:
-            image.copy_to_volume(
+            image_gates.copy_to_volume(
                 context, image_service, image_id, volume.size,
                 self.image_destination(volume),
                 lambda: self.open_volume_for_write(volume),

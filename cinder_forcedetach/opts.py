@@ -24,7 +24,7 @@ from cinder_forcedetach.arrays import sqlite as sqlite_array
 from cinder_forcedetach.drivers import common
 from cinder_forcedetach.drivers import iscsi
 from cinder_forcedetach.drivers import rbd
-from cinder_forcedetach import image
+from cinder_forcedetach import image_gates
 from cinder_forcedetach import mixin
 from cinder_forcedetach import reconciler
 
@@ -32,7 +32,8 @@ from cinder_forcedetach import reconciler
 def list_opts():
     """Options per backend section ([backend_defaults] or its own)."""
     return [(configuration.SHARED_CONF_GROUP,
-             list(itertools.chain(mixin.force_detach_opts, image.image_opts,
+             list(itertools.chain(mixin.force_detach_opts,
+                                  image_gates.image_opts,
                                   common.volume_file_opts, iscsi.iscsi_opts,
                                   sqlite_array.fc_opts, rbd.rbd_opts,
                                   reconciler.reconcile_opts)))]

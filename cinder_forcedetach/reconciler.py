@@ -55,7 +55,7 @@ from oslo_utils import timeutils
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.audit import repair
-from cinder_forcedetach.audit import runner
+from cinder_forcedetach.audit import scan
 from cinder_forcedetach.audit import sources
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import host_access
@@ -137,7 +137,7 @@ class Reconciler(object):
         ctxt = cinder_context.get_admin_context()
         started = timeutils.utcnow()
         try:
-            report = runner.run(
+            report = scan.run(
                 ctxt, {self.backend: self.driver},
                 CONF.volume_name_template,
                 sources.backend_resolver(self.cluster, [self.backend]),

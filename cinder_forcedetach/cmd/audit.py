@@ -39,7 +39,7 @@ from oslo_config import cfg
 
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.audit import repair
-from cinder_forcedetach.audit import runner
+from cinder_forcedetach.audit import scan
 from cinder_forcedetach.audit import sources
 from cinder_forcedetach.cmd.errors import CliError
 from cinder_forcedetach.cmd import local
@@ -112,7 +112,7 @@ def audit(conf, args, out):
         def read_nova():
             return sources.read_nova_api(ctxt)
     try:
-        report = runner.run(
+        report = scan.run(
             ctxt, drivers, conf.volume_name_template,
             sources.backend_resolver(_cluster(conf),
                                      list(drivers) + list(broken)),

@@ -29,7 +29,7 @@ clone depth) with :class:`~cinder_forcedetach.mixin.ForceDetachMixin`:
 * reimage and copy to volume behind Cinder's image gates: a copy-on-write
   clone of a same-cluster raw image, ``qemu-img`` straight from a
   same-cluster image, or a stream of the image service's download
-  (:mod:`cinder_forcedetach.ceph.images`); create-from-image clones only
+  (:mod:`cinder_forcedetach.ceph.rbd_io`); create-from-image clones only
   images whose head the format inspector passes as raw.
 
 The Ceph client work lives in :mod:`cinder_forcedetach.ceph`.
@@ -45,10 +45,10 @@ from oslo_log import log as logging
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.ceph import cluster
 from cinder_forcedetach.ceph import fencing
-from cinder_forcedetach.ceph import images
+from cinder_forcedetach.ceph import rbd_io
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import host_access
-from cinder_forcedetach import image as fd_image
+from cinder_forcedetach import image_gates
 from cinder_forcedetach import mixin
 
 LOG = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
             config.forcedetach_rbd_fence_verify_timeout)
 
     def _images(self):
-        return images.Images(self._access(), self.configuration.rbd_pool,
+        return rbd_io.Images(self._access(), self.configuration.rbd_pool,
                              self._execute)
 
     # -- connections -------------------------------------------------------
@@ -262,7 +262,7 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
         _fsid, pool, name, snap = self._parse_location(image_location)
         try:
             head = self._images().read_head((pool, name, snap))
-            fd_image.check_head(name, 'raw', head)
+            image_gates.check_head(name, 'raw', head)
         except (exception.Invalid, exception.ImageUnacceptable,
                 exception.VolumeBackendAPIException) as err:
             LOG.warning('Image %(loc)s is not cloned: %(err)s',
@@ -279,7 +279,7 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
           copy-on-write clone of that snapshot (unless the volume has
           snapshots or clients, which an in-place write must keep);
         * any other image in this cluster that passes upstream's checks
-          (:func:`cinder_forcedetach.image.check_source`): ``qemu-img
+          (:func:`cinder_forcedetach.image_gates.check_source`): ``qemu-img
           convert`` reads it from its pool into the volume's RBD image;
         * otherwise the mixin's generic path: the image service's
           download, a raw stream or upstream's ``fetch_to_raw``.
@@ -289,7 +289,7 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
         """
         meta = image_service.show(context, image_id)
         fmt = meta.get('disk_format') or 'raw'
-        fd_image.check_allowed(image_id, fmt, self.configuration.safe_get(
+        image_gates.check_allowed(image_id, fmt, self.configuration.safe_get(
             'forcedetach_image_formats'))
         ceph_images = self._images()
         location = None

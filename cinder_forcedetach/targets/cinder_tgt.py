@@ -13,7 +13,7 @@
 """Per-volume tgt exports, and the Cinder target driver built on them.
 
 :class:`VolumeExports` is what every driver of ours that exports through
-``tgtd`` does to a volume (:mod:`cinder_forcedetach.targets.tgt` does the
+``tgtd`` does to a volume (:mod:`cinder_forcedetach.targets.tgtadm` does the
 ``tgtadm`` work): one target per volume named ``target_prefix`` + volume
 name, its LUN 1 on the volume's path, a CHAP account created anew whenever
 the export is created, and one ACL entry per initiator.  Revoking a host
@@ -43,7 +43,7 @@ from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import connector_grammar
 from cinder_forcedetach import host_access
 from cinder_forcedetach import locks
-from cinder_forcedetach.targets import tgt
+from cinder_forcedetach.targets import tgtadm
 
 LOG = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class VolumeExports(object):
     def __init__(self, configuration, target=None):
         configuration.append_config_values(tgt_opts)
         self.configuration = configuration
-        self.target = target or tgt.TgtAdm(
+        self.target = target or tgtadm.TgtAdm(
             control_port=configuration.forcedetach_tgt_control_port)
 
     # -- naming ------------------------------------------------------------
@@ -105,7 +105,7 @@ class VolumeExports(object):
     def location(self, volume):
         """provider_location, in the format Cinder's iSCSI code parses."""
         return '%s %s %d' % (';'.join(self.portals()),
-                             self.target_name(volume), tgt.BACKING_LUN)
+                             self.target_name(volume), tgtadm.BACKING_LUN)
 
     # -- export ------------------------------------------------------------
 
@@ -140,7 +140,7 @@ class VolumeExports(object):
             state = self.target.find(name)
             if state is None:
                 return
-            if not tgt.is_ready(state):
+            if not tgtadm.is_ready(state):
                 LOG.info('Export of volume %s was revoked for every host '
                          '(offline): removed, not made again.', volume['id'])
                 self.target.unexport(name, state)
@@ -210,7 +210,7 @@ class VolumeExports(object):
         state = None
         if users and not _leaving(volume, users):
             state = self.target.find(name)
-            if state is not None and state.acls and tgt.is_ready(state):
+            if state is not None and state.acls and tgtadm.is_ready(state):
                 initiators = {a.connector.get('initiator') for a in users}
                 kept = sorted(initiators.intersection(state.acls))
                 if kept:
@@ -235,10 +235,10 @@ class VolumeExports(object):
         return {'target_discovered': False,
                 'target_portal': portals[0],
                 'target_iqn': name,
-                'target_lun': tgt.BACKING_LUN,
+                'target_lun': tgtadm.BACKING_LUN,
                 'target_portals': portals,
                 'target_iqns': [name] * len(portals),
-                'target_luns': [tgt.BACKING_LUN] * len(portals),
+                'target_luns': [tgtadm.BACKING_LUN] * len(portals),
                 'volume_id': volume['id'],
                 'discard': True}
 
@@ -255,7 +255,7 @@ class VolumeExports(object):
         """
         name = self.target_name(volume)
         state = self.target.find(name)
-        if state is not None and not tgt.is_ready(state):
+        if state is not None and not tgtadm.is_ready(state):
             # Every host was revoked (offline: an ACL entry may be left
             # that nobody could name) and the export not removed yet.
             LOG.info('Export of volume %s was revoked for every host: '
@@ -356,7 +356,7 @@ def _state_holders(state):
     An offline target (revoked for every host) lets nobody in, whatever
     ACL entry or session it still has: it is an ``export`` holder only.
     """
-    if not tgt.is_ready(state):
+    if not tgtadm.is_ready(state):
         return [host_access.Holder('export', frozenset(), state.name, None)]
     holders = [_initiator_holder('acl', i) for i in state.acls]
     holders += [_initiator_holder('session', s.initiator)

@@ -39,7 +39,7 @@ from cinder.volume import volume_utils
 import fixtures
 from testtools import content
 
-from cinder_forcedetach.audit import runner
+from cinder_forcedetach.audit import scan
 from cinder_forcedetach.audit import sources
 from tests import fakes
 from tests.functional import base
@@ -306,10 +306,10 @@ class AuditTestCase(base.CinderTgtTestCase):
         backend = volume_utils.extract_host(self.volume.host, 'backend')
 
         def audit_pass(**kwargs):
-            return runner.run(self.ctxt, {backend: self.driver},
-                              CONF.volume_name_template,
-                              sources.backend_resolver(None, [backend]),
-                              **kwargs).findings
+            return scan.run(self.ctxt, {backend: self.driver},
+                            CONF.volume_name_template,
+                            sources.backend_resolver(None, [backend]),
+                            **kwargs).findings
 
         real = self.driver.remove_export_unlocked
 

@@ -58,7 +58,7 @@ from cinder_forcedetach.conformance import suite
 from cinder_forcedetach.drivers import fc  # noqa: F401
 from cinder_forcedetach.drivers import iscsi
 from cinder_forcedetach.privileged import tgt as privileged_tgt
-from cinder_forcedetach.targets import tgt
+from cinder_forcedetach.targets import tgtadm
 from tests import fakes
 from tests.support import fc_fabric
 from tests.support import tgtd as tgtd_daemon
@@ -147,7 +147,7 @@ class LateRefusalDriver(NoopRemoveExportDriver):
 class ForgedParser(object):
     """The driver's parser, forged: it hides what tgtd still has.
 
-    Patched over :func:`cinder_forcedetach.targets.tgt.parse_targets`, it
+    Patched over :func:`cinder_forcedetach.targets.tgtadm.parse_targets`, it
     drops *host*'s ACL entries from every target, so the driver's revoke
     of *host* closes its session but leaves its entry in tgtd (the host
     may log in again).  Once the driver revoked *host* on a target
@@ -159,7 +159,7 @@ class ForgedParser(object):
 
     def __init__(self, host):
         self.suffix = ':' + host
-        self.real = tgt.parse_targets
+        self.real = tgtadm.parse_targets
         self.revoked = set()
 
     def __call__(self, output, only=None):
@@ -374,7 +374,7 @@ class TgtConformanceTestCase(_KitTestCase):
         host1 = 'conformance-host1'
         forged = ForgedParser(host1)
         self.useFixture(fixtures.MonkeyPatch(
-            'cinder_forcedetach.targets.tgt.parse_targets', forged))
+            'cinder_forcedetach.targets.tgtadm.parse_targets', forged))
         self.useFixture(fixtures.MonkeyPatch(
             __name__ + '.ForgedListingDriver.forged', forged))
         rules = ['R1', 'R3', 'R7']

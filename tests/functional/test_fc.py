@@ -46,7 +46,7 @@ import fixtures
 from oslo_config import cfg
 
 # Imported before flags are set, so that its options are registered.
-from cinder_forcedetach.audit import runner
+from cinder_forcedetach.audit import scan
 from cinder_forcedetach.audit import sources
 from cinder_forcedetach.drivers import fc  # noqa: F401
 from cinder_forcedetach import exception
@@ -397,17 +397,17 @@ class FCForceDetachTestCase(CinderFCTestCase):
 class FCAuditTestCase(CinderFCTestCase):
     """The audit pass on the FC driver's array and the emulated fabric.
 
-    In this process, through :func:`cinder_forcedetach.audit.runner.run`:
+    In this process, through :func:`cinder_forcedetach.audit.scan.run`:
     the command's path without its configuration loading (the command
     itself runs on tgt in :mod:`tests.functional.test_audit`).
     """
 
     def audit(self, **kwargs):
         backend = volume_utils.extract_host(self.volume.host, 'backend')
-        report = runner.run(self.ctxt, {backend: self.driver},
-                            CONF.volume_name_template,
-                            sources.backend_resolver(None, [backend]),
-                            **kwargs)
+        report = scan.run(self.ctxt, {backend: self.driver},
+                          CONF.volume_name_template,
+                          sources.backend_resolver(None, [backend]),
+                          **kwargs)
         self.assertEqual([], report.unreachable)
         return report.findings
 

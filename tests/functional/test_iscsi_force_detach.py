@@ -29,7 +29,7 @@ import ddt
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import exception
 from cinder_forcedetach.flows import force_detach as flow
-from cinder_forcedetach.targets import tgt
+from cinder_forcedetach.targets import tgtadm
 from tests.functional import base
 
 CRASH_EXIT = base.CRASH_EXIT
@@ -161,7 +161,7 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
     @ddt.data(1, 2, 3, 4)
     def test_crash_after_nth_target_command_then_rerun(self, nth):
         vol_id, _att, _info, old = self.attached_volume()
-        real = tgt.TgtAdm._tgtadm
+        real = tgtadm.TgtAdm._tgtadm
         calls = []
 
         def patch():
@@ -173,7 +173,7 @@ class ForceDetachTestCase(base.CinderTgtTestCase):
                     if len(calls) == nth:
                         os._exit(CRASH_EXIT)
                 return out
-            tgt.TgtAdm._tgtadm = crashing
+            tgtadm.TgtAdm._tgtadm = crashing
 
         self._crash_in_child(vol_id, patch)
         # The crash left the backend half torn down and Cinder untouched.

@@ -42,7 +42,7 @@ import ddt
 from oslo_config import cfg
 
 from cinder_forcedetach.ceph import fencing
-from cinder_forcedetach.ceph import images as ceph_images
+from cinder_forcedetach.ceph import rbd_io
 # Imported before flags are set, so that its options are registered.
 from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: F401
 from cinder_forcedetach import exception as fd_exception
@@ -846,7 +846,7 @@ class ImageTestCase(RBDTestCase):
                     raw = os.path.join(self.workdir, 'src.raw')
                     with open(raw, 'wb') as f:
                         f.write(data)
-                    spec = ceph_images.qemu_rbd_spec(
+                    spec = rbd_io.qemu_rbd_spec(
                         self.cluster.images_pool, image_id,
                         user=self.cluster.user, conf=self.cluster.conf)
                     subprocess.run(['qemu-img', 'convert', '-f', 'raw',

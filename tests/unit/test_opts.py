@@ -18,7 +18,7 @@ from cinder_forcedetach.arrays import sqlite
 from cinder_forcedetach.drivers import common
 from cinder_forcedetach.drivers import iscsi
 from cinder_forcedetach.drivers import rbd
-from cinder_forcedetach import image
+from cinder_forcedetach import image_gates
 from cinder_forcedetach import mixin
 from cinder_forcedetach import opts
 from cinder_forcedetach import reconciler
@@ -29,7 +29,8 @@ class ListOptsTestCase(testtools.TestCase):
     def test_every_owned_option_listed_once(self):
         listed = [o.dest for _group, group in opts.list_opts()
                   for o in group]
-        owned = [o.dest for o in (mixin.force_detach_opts + image.image_opts
+        owned = [o.dest for o in (mixin.force_detach_opts
+                                  + image_gates.image_opts
                                   + common.volume_file_opts
                                   + iscsi.iscsi_opts + sqlite.fc_opts
                                   + rbd.rbd_opts

@@ -61,7 +61,7 @@ class AuditErrorsTestCase(testtools.TestCase):
         def broken_pass(*args, **kwargs):
             raise KeyError('boom')
         self.useFixture(fixtures.MonkeyPatch(
-            'cinder_forcedetach.audit.runner.run', broken_pass))
+            'cinder_forcedetach.audit.scan.run', broken_pass))
         self.useFixture(fixtures.MonkeyPatch(
             'cinder_forcedetach.cmd.audit._drivers',
             lambda ctxt, conf, names: ({}, {})))

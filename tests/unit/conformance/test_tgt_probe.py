@@ -35,7 +35,7 @@ import fixtures
 import testtools
 
 from cinder_forcedetach.conformance import probe
-from cinder_forcedetach.targets import tgt
+from cinder_forcedetach.targets import tgtadm
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'tgtadm')
 VOLUMES = '/var/lib/cinder-forcedetach/volumes/'
@@ -60,14 +60,14 @@ class Conf(object):
 
 
 class ForgedTarget(object):
-    """The driver's own reading: tgt.parse_targets, forged to hide host1."""
+    """The driver's own reading: tgtadm.parse_targets, forged to hide host1."""
 
     def __init__(self, listing):
         self.listing = listing
         self.control_port = 9999
 
     def find(self, name):
-        state = tgt.parse_targets(self.listing, only=name).get(name)
+        state = tgtadm.parse_targets(self.listing, only=name).get(name)
         if state is not None:
             state.acls = [a for a in state.acls if a != HOST1]
             state.sessions = [s for s in state.sessions
@@ -146,7 +146,7 @@ class ReadListingTestCase(testtools.TestCase):
         for name in sorted(os.listdir(SAMPLES)):
             listing = sample(name[:-len('.txt')])
             ours = {t.name: t for t in probe.read_tgt_listing(listing)}
-            theirs = tgt.parse_targets(listing)
+            theirs = tgtadm.parse_targets(listing)
             self.assertEqual(sorted(theirs), sorted(ours), name)
             for tname, state in theirs.items():
                 target = ours[tname]

@@ -22,7 +22,7 @@ from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import host_access
 from cinder_forcedetach.targets import base
 from cinder_forcedetach.targets import cinder_tgt
-from cinder_forcedetach.targets import tgt
+from cinder_forcedetach.targets import tgtadm
 
 PREFIX = 'iqn.2010-10.org.openstack:'
 IQN1 = 'iqn.2026-11.org.example:c1'
@@ -73,7 +73,7 @@ class OfflineHoldersTestCase(testtools.TestCase):
     def test_an_offline_target_is_an_export_nobody_reaches(self):
         """Revoked for every host: what it still lists lets nobody in."""
         name = PREFIX + 'volume-a'
-        exports = _exports(tgt.TgtTargetState(
+        exports = _exports(tgtadm.TgtTargetState(
             1, name, ready=False, acls=[IQN1], address_acls=['ALL'],
             sessions=[base.Session(1, IQN2, [1])]))
         self.assertEqual(
@@ -123,7 +123,7 @@ class _Recorder(object):
 
     def export(self, name, path, username=None, password=None):
         self.calls.append(('export', name, path, username, password))
-        return tgt.TgtTargetState(tid=9, name=name)
+        return tgtadm.TgtTargetState(tid=9, name=name)
 
     def grant(self, name, initiator, state=None):
         self.calls.append(('grant', name, initiator, state))
@@ -151,7 +151,7 @@ class VolumeExportsTestCase(testtools.TestCase):
                        volume_attachment=list(attachments), **extra)
 
     def test_revoke_every_host_names_the_volume_hosts(self):
-        exports = self.exports(tgt.TgtTargetState(tid=3, name=NAME))
+        exports = self.exports(tgtadm.TgtTargetState(tid=3, name=NAME))
         volume = self.volume([_attachment('c1'),
                               _attachment('c2', status='detached'),
                               _attachment('c3', initiator='iqn.x;reboot')])
@@ -162,7 +162,7 @@ class VolumeExportsTestCase(testtools.TestCase):
             self.target.calls)
 
     def test_remove_without_live_attachment_reads_no_acl(self):
-        exports = self.exports(tgt.TgtTargetState(tid=3, name=NAME))
+        exports = self.exports(tgtadm.TgtTargetState(tid=3, name=NAME))
         exports.remove(self.volume([_attachment('c1', status='detached')]))
         self.assertEqual([('unexport', NAME, None, ['user'])],
                          self.target.calls)
@@ -173,7 +173,7 @@ class VolumeExportsTestCase(testtools.TestCase):
                 fd_attachments.teardown_record([c1.connector]),
                 fd_attachments.teardown_record([None]),
                 fd_attachments.teardown_record([c1.connector], [c1.id])):
-            exports = self.exports(tgt.TgtTargetState(
+            exports = self.exports(tgtadm.TgtTargetState(
                 tid=3, name=NAME, acls=[c1.connector['initiator']]))
             exports.remove(self.volume([c1], admin_metadata={
                 fd_attachments.TEARDOWN_MARK: record}))
@@ -182,8 +182,8 @@ class VolumeExportsTestCase(testtools.TestCase):
 
     def test_remove_keeps_an_export_another_host_uses(self):
         c1, c2 = _attachment('c1'), _attachment('c2')
-        state = tgt.TgtTargetState(tid=3, name=NAME,
-                                   acls=[c2.connector['initiator']])
+        state = tgtadm.TgtTargetState(tid=3, name=NAME,
+                                      acls=[c2.connector['initiator']])
         for admin_metadata in (
                 {fd_attachments.TEARDOWN_MARK:
                  fd_attachments.teardown_record([c1.connector])},
@@ -197,15 +197,15 @@ class VolumeExportsTestCase(testtools.TestCase):
 
     def test_remove_of_an_offline_target_is_not_kept(self):
         c2 = _attachment('c2')
-        state = tgt.TgtTargetState(tid=3, name=NAME, ready=False,
-                                   acls=[c2.connector['initiator']])
+        state = tgtadm.TgtTargetState(tid=3, name=NAME, ready=False,
+                                      acls=[c2.connector['initiator']])
         exports = self.exports(state)
         exports.remove(self.volume([c2], admin_metadata={}))
         self.assertEqual([('find', NAME), ('unexport', NAME, state,
                                            ['user'])], self.target.calls)
 
     def test_connect_grants_on_the_target_just_read(self):
-        state = tgt.TgtTargetState(tid=3, name=NAME)
+        state = tgtadm.TgtTargetState(tid=3, name=NAME)
         exports = self.exports(state)
         info = exports.connect(self.volume(), {'initiator': IQN1},
                                '/v/volume-1')
@@ -215,18 +215,18 @@ class VolumeExportsTestCase(testtools.TestCase):
 
     def test_connect_makes_an_offline_export_again(self):
         """Revoked for every host and not removed: never just re-opened."""
-        state = tgt.TgtTargetState(tid=3, name=NAME, ready=False,
-                                   acls=['iqn.2026-11.org.example:old'])
+        state = tgtadm.TgtTargetState(tid=3, name=NAME, ready=False,
+                                      acls=['iqn.2026-11.org.example:old'])
         exports = self.exports(state)
         exports.connect(self.volume(), {'initiator': IQN1}, '/v/volume-1')
-        new = tgt.TgtTargetState(tid=9, name=NAME)
+        new = tgtadm.TgtTargetState(tid=9, name=NAME)
         self.assertEqual(
             [('find', NAME), ('unexport', NAME, state, []),
              ('export', NAME, '/v/volume-1', 'user', 's3cret'),
              ('grant', NAME, IQN1, new)], self.target.calls)
 
     def test_create_and_ensure_look_the_name_up_only(self):
-        exports = self.exports(tgt.TgtTargetState(tid=3, name=NAME))
+        exports = self.exports(tgtadm.TgtTargetState(tid=3, name=NAME))
         volume = self.volume([_attachment('c1')])
         self.assertEqual(('127.0.0.1:3260 %s 1' % NAME, 'CHAP user s3cret'),
                          exports.create(volume, '/v/volume-1'))
@@ -235,8 +235,8 @@ class VolumeExportsTestCase(testtools.TestCase):
                          self.target.calls)
 
     def test_remake_of_an_offline_export_removes_it(self):
-        state = tgt.TgtTargetState(tid=3, name=NAME, ready=False,
-                                   acls=['iqn.2026-11.org.example:old'])
+        state = tgtadm.TgtTargetState(tid=3, name=NAME, ready=False,
+                                      acls=['iqn.2026-11.org.example:old'])
         exports = self.exports(state)
         lock = self.useFixture(fixtures.MockPatch(
             'cinder_forcedetach.locks.volume_lock')).mock

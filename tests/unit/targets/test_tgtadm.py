@@ -27,7 +27,7 @@ import testtools
 
 from cinder_forcedetach import exception
 from cinder_forcedetach.privileged import tgt as privileged_tgt
-from cinder_forcedetach.targets import tgt
+from cinder_forcedetach.targets import tgtadm
 
 IQN = 'iqn.2010-10.org.openstack:volume-1'
 HOST_A = 'iqn.1994-05.com.example:a'
@@ -147,7 +147,8 @@ class _NoSleep(fixtures.Fixture):
     def _setUp(self):
         self.delays = []
         self.useFixture(fixtures.MonkeyPatch(
-            'cinder_forcedetach.targets.tgt.time.sleep', self.delays.append))
+            'cinder_forcedetach.targets.tgtadm.time.sleep',
+            self.delays.append))
 
 
 @ddt.ddt
@@ -177,7 +178,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
                              expected, remaining):
         """One host: its ACL entry and address rules are read (listing)."""
         fake = FakeTgtadm(listing, errors)
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         self.assertEqual(remaining, target.revoke(IQN, initiators), case)
         self.assertEqual(['--op show --mode target'] + expected,
                          fake.commands, case)
@@ -208,14 +209,14 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
                                expected):
         """Offline first, then what can be named; no listing of all."""
         fake = FakeTgtadm(show(acls=[HOST_A]), errors, connections)
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         self.assertEqual([], target.revoke(IQN, known=known), case)
         self.assertEqual([LLD] + expected, fake.commands, case)
         self.assertNotIn('--op show --mode target', fake.commands)
 
     def test_revoke_every_host_of_a_target_already_gone(self):
         fake = FakeTgtadm(show(tid=2, name='iqn.2010-10.org.openstack:v2'))
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         for _ in range(2):
             self.assertEqual([], target.revoke(IQN, known=[HOST_A]))
         self.assertEqual([LLD, LLD], fake.commands)
@@ -225,7 +226,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
         other = 'iqn.2010-10.org.openstack:volume-2'
         fake = FakeTgtadm(show(tid=1, name=other, acls=[HOST_A]),
                           connections=conns((3, HOST_A)))
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         target.revoke(IQN, known=[HOST_A])
         target.unexport(IQN, accounts=['chapuser'])
         self.assertEqual([LLD, LLD, '--op delete --mode account --user '
@@ -235,7 +236,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
         fake = FakeTgtadm(show(tid=1, name='iqn.2010-10.org.openstack:v0') +
                           show(tid=7, sessions=[(3, HOST_A)]),
                           connections=conns((3, HOST_A)))
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         target.revoke(IQN)
         target.unexport(IQN)
         self.assertEqual(
@@ -248,7 +249,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
         """Not iSCSI names: never given to tgtadm; their sessions go."""
         fake = FakeTgtadm(show(), connections=conns(
             (3, 'iqn.2026-01.org.example:b;x'), (4, 'ALL')))
-        tgt.TgtAdm(control_port=7, ops=fake).revoke(IQN, known=[])
+        tgtadm.TgtAdm(control_port=7, ops=fake).revoke(IQN, known=[])
         self.assertEqual(
             [LLD, OFFLINE % 1, '--op show --mode conn --tid 1',
              delete_conn(3), delete_conn(4)], fake.commands)
@@ -272,7 +273,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
     def test_unexport(self, case, state, accounts, errors, expected):
         fake = FakeTgtadm(show(sessions=[(3, HOST_A)], acls=[HOST_A]),
                           errors)
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         if state:
             state = target.find(IQN)
             fake.commands = []
@@ -283,7 +284,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
 
     def test_unexport_of_a_target_already_gone_deletes_the_account(self):
         fake = FakeTgtadm('')
-        tgt.TgtAdm(control_port=7, ops=fake).unexport(
+        tgtadm.TgtAdm(control_port=7, ops=fake).unexport(
             IQN, accounts=['chapuser'])
         self.assertEqual([LLD, '--op delete --mode account --user chapuser'],
                          fake.commands)
@@ -293,22 +294,23 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
         fake = FakeTgtadm(show(), {'--op delete --mode target': [
             (22, 'this logical unit is still active'),
             (22, 'this logical unit is still active')]})
-        tgt.TgtAdm(control_port=7, ops=fake).unexport(IQN)
+        tgtadm.TgtAdm(control_port=7, ops=fake).unexport(IQN)
         delete = '--op delete --mode target --tid 1 --force'
         self.assertEqual([LLD, delete, OFFLINE % 1, delete, delete],
                          fake.commands)
-        self.assertEqual(list(tgt.DELETE_RETRY_DELAYS[:2]), sleep.delays)
+        self.assertEqual(list(tgtadm.DELETE_RETRY_DELAYS[:2]), sleep.delays)
 
     def test_lun_active_for_good_fails_offline_and_keeps_the_account(self):
         self.useFixture(_NoSleep())
         fake = FakeTgtadm(show(), {'--op delete --mode target': (
             22, 'this logical unit is still active')})
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         err = self.assertRaises(exception.TargetCommandFailed,
                                 target.unexport, IQN, None, ['chapuser'])
         self.assertIn('still active', str(err))
-        self.assertEqual(len(tgt.DELETE_RETRY_DELAYS) + 1, fake.commands.count(
-            '--op delete --mode target --tid 1 --force'))
+        self.assertEqual(len(tgtadm.DELETE_RETRY_DELAYS) + 1,
+                         fake.commands.count(
+                             '--op delete --mode target --tid 1 --force'))
         self.assertEqual(1, fake.commands.count(OFFLINE % 1))
         self.assertNotIn('--op delete --mode account --user chapuser',
                          fake.commands)
@@ -316,7 +318,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
     def test_target_delete_failure_keeps_the_account(self):
         fake = FakeTgtadm(show(), {'--op delete --mode target': (
             22, 'out of memory')})
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         self.assertRaises(exception.TargetCommandFailed,
                           target.unexport, IQN, None, ['chapuser'])
         self.assertNotIn('--op delete --mode account --user chapuser',
@@ -329,7 +331,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
         fake = FakeTgtadm(errors={'--op show': (
             107, 'failed to send request hdr to tgt daemon, Transport '
                  'endpoint is not connected')})
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         self.assertRaises(exception.TargetDaemonUnavailable,
                           getattr(target, call[0]), *call[1:])
 
@@ -339,7 +341,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
             {'--op delete --mode conn': (107, 'Transport endpoint is not '
                                               'connected')},
             connections=conns((3, HOST_A)))
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         self.assertRaises(exception.TargetDaemonUnavailable,
                           target.revoke, IQN)
         self.assertEqual(OFFLINE % 1, fake.commands[1])
@@ -349,7 +351,7 @@ class TgtAdmTeardownTestCase(testtools.TestCase):
     def test_other_error_is_not_swallowed(self):
         fake = FakeTgtadm(show(acls=[HOST_A]), {
             '--op unbind': (22, 'out of memory')})
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         err = self.assertRaises(exception.TargetCommandFailed,
                                 target.revoke, IQN, [HOST_A])
         self.assertIn('out of memory', str(err))
@@ -369,7 +371,7 @@ class TgtAdmExportTestCase(testtools.TestCase):
     def test_new_export_takes_next_tid_and_chap(self):
         other = show(tid=4, name='iqn.other', accounts=())
         fake = FakeTgtadm(other)
-        state = tgt.TgtAdm(control_port=7, ops=fake).export(
+        state = tgtadm.TgtAdm(control_port=7, ops=fake).export(
             IQN, '/v/volume-1', 'user', 's3cret')
         self.assertEqual(5, state.tid)
         self.assertEqual(
@@ -384,18 +386,18 @@ class TgtAdmExportTestCase(testtools.TestCase):
         fake = FakeTgtadm(target_names='LLDs:\n    iscsi: ready\n'
                           '        Target 2: iqn.a\n    iser: ready\n'
                           '        Target 9: iqn.b\n')
-        state = tgt.TgtAdm(control_port=7, ops=fake).export(IQN, '/v/a')
+        state = tgtadm.TgtAdm(control_port=7, ops=fake).export(IQN, '/v/a')
         self.assertEqual(10, state.tid)
 
     def test_existing_export_is_reused(self):
         fake = FakeTgtadm(show(accounts=['user']))
-        tgt.TgtAdm(control_port=7, ops=fake).export(
+        tgtadm.TgtAdm(control_port=7, ops=fake).export(
             IQN, '/v/volume-1', 'user', 's3cret')
         self.assertEqual([LLD, '--op show --mode target'], fake.commands)
 
     def test_grant_is_idempotent(self):
         fake = FakeTgtadm(show(acls=[HOST_A]))
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         target.grant(IQN, HOST_A)
         target.grant(IQN, HOST_B)
         self.assertEqual(
@@ -405,7 +407,7 @@ class TgtAdmExportTestCase(testtools.TestCase):
 
     def test_grant_on_the_state_just_read(self):
         fake = FakeTgtadm(show(acls=[HOST_A]))
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         state = target.find(IQN)
         target.grant(IQN, HOST_B, state=state)
         target.grant(IQN, HOST_B, state=state)
@@ -420,7 +422,7 @@ class ParseTestCase(testtools.TestCase):
     def test_parse_two_targets(self):
         listing = (show(sessions=[(3, HOST_A)], acls=[HOST_A, HOST_B]) +
                    show(tid=2, name='iqn.b', accounts=()))
-        targets = tgt.parse_targets(listing)
+        targets = tgtadm.parse_targets(listing)
         self.assertEqual({IQN, 'iqn.b'}, set(targets))
         first = targets[IQN]
         self.assertEqual((1, [0, 1], ['chapuser'], [HOST_A, HOST_B]),
@@ -430,27 +432,27 @@ class ParseTestCase(testtools.TestCase):
                           for s in first.sessions])
         self.assertEqual([HOST_A, HOST_B], first.initiators)
         self.assertEqual([], targets['iqn.b'].accounts)
-        self.assertTrue(tgt.is_ready(first))
+        self.assertTrue(tgtadm.is_ready(first))
 
     def test_offline_target(self):
         listing = show().replace('State: ready', 'State: offline')
-        self.assertFalse(tgt.is_ready(tgt.parse_targets(listing)[IQN]))
+        self.assertFalse(tgtadm.is_ready(tgtadm.parse_targets(listing)[IQN]))
 
     def test_parse_target_names(self):
         self.assertEqual({IQN: 1, 'iqn.b': 12},
-                         tgt.parse_target_names(names((1, IQN),
-                                                      (12, 'iqn.b'))))
-        self.assertEqual({}, tgt.parse_target_names(names()))
+                         tgtadm.parse_target_names(names((1, IQN),
+                                                         (12, 'iqn.b'))))
+        self.assertEqual({}, tgtadm.parse_target_names(names()))
 
     def test_parse_connections(self):
-        sessions = tgt.parse_connections(conns(
+        sessions = tgtadm.parse_connections(conns(
             (3, HOST_A), (4, HOST_B, [0, 1])) + 'Session: 5\n'
             '    Connection: 2\n        Initiator: %s\n        \n' % HOST_A)
         self.assertEqual([(3, HOST_A, [0]), (4, HOST_B, [0, 1]),
                           (5, HOST_A, [2])],
                          [(s.sid, s.initiator, s.connections)
                           for s in sessions])
-        self.assertEqual([], tgt.parse_connections(''))
+        self.assertEqual([], tgtadm.parse_connections(''))
 
 
 class HostileListingTestCase(testtools.TestCase):
@@ -460,23 +462,23 @@ class HostileListingTestCase(testtools.TestCase):
         forged = HOST_A + ' alias: x\nTarget 9: ' + IQN + '\n        y'
         listing = show(sessions=[(3, forged)], acls=[HOST_A])
         err = self.assertRaises(exception.TargetCommandFailed,
-                                tgt.parse_targets, listing)
+                                tgtadm.parse_targets, listing)
         self.assertIn('ambiguous', str(err))
 
     def test_forged_tid_is_refused(self):
         forged = HOST_A + ' alias: x\nTarget 1: iqn.x:y\n        y'
-        self.assertRaises(exception.TargetCommandFailed, tgt.parse_targets,
+        self.assertRaises(exception.TargetCommandFailed, tgtadm.parse_targets,
                           show(sessions=[(3, forged)]))
 
     def test_forged_section_is_refused(self):
         forged = HOST_A + ' alias: x\n    ACL information:\n        ALL'
-        self.assertRaises(exception.TargetCommandFailed, tgt.parse_targets,
+        self.assertRaises(exception.TargetCommandFailed, tgtadm.parse_targets,
                           show(sessions=[(3, forged)], acls=[HOST_B]))
 
     def test_forged_entries_do_not_rename_a_session(self):
         forged = HOST_A + ' alias: x\n            Initiator: ' + HOST_B
-        state = tgt.parse_targets(show(sessions=[(3, forged)],
-                                       acls=[HOST_B]))[IQN]
+        state = tgtadm.parse_targets(show(sessions=[(3, forged)],
+                                          acls=[HOST_B]))[IQN]
         self.assertEqual([HOST_B], state.acls)
         self.assertEqual([(3, HOST_A)], [(s.sid, s.initiator)
                                          for s in state.sessions])
@@ -486,14 +488,14 @@ class HostileListingTestCase(testtools.TestCase):
             forged = (HOST_A + ' alias: x' + brk + 'Target 9: ' + IQN +
                       brk + '        y')
             self.assertRaises(exception.TargetCommandFailed,
-                              tgt.parse_targets,
+                              tgtadm.parse_targets,
                               show(sessions=[(3, forged)], acls=[HOST_A]))
         listing = show(sessions=[(3, HOST_A)], acls=[HOST_A])
-        self.assertEqual(tgt.parse_targets(listing),
-                         tgt.parse_targets(listing.replace('\n', '\r\n')))
+        self.assertEqual(tgtadm.parse_targets(listing),
+                         tgtadm.parse_targets(listing.replace('\n', '\r\n')))
 
     def test_address_rules_are_apart_from_names(self):
-        state = tgt.parse_targets(show(
+        state = tgtadm.parse_targets(show(
             acls=['ALL', '127.0.0.0/8', '198.51.100.7', HOST_A]))[IQN]
         self.assertEqual([HOST_A], state.acls)
         self.assertEqual(['ALL', '127.0.0.0/8', '198.51.100.7'],
@@ -509,7 +511,7 @@ class HostileListingTestCase(testtools.TestCase):
         fake = FakeTgtadm(show(sessions=[(3, 'iqn.2026-01.org.x:any')],
                                acls=['ALL', HOST_A]),
                           connections=conns((3, 'iqn.2026-01.org.x:any')))
-        remaining = tgt.TgtAdm(control_port=7, ops=fake).revoke(IQN)
+        remaining = tgtadm.TgtAdm(control_port=7, ops=fake).revoke(IQN)
         self.assertEqual([], remaining)
         self.assertEqual(
             [LLD, OFFLINE % 1, '--op show --mode conn --tid 1',
@@ -521,8 +523,8 @@ class HostileListingTestCase(testtools.TestCase):
         other = 'iqn.2026-01.org.example:unlisted'
         fake = FakeTgtadm(show(sessions=[(3, HOST_A), (4, HOST_B),
                                          (5, other)], acls=['ALL']))
-        tgt.TgtAdm(control_port=7, ops=fake).revoke(IQN, [HOST_A],
-                                                    keep=[HOST_B])
+        tgtadm.TgtAdm(control_port=7, ops=fake).revoke(IQN, [HOST_A],
+                                                       keep=[HOST_B])
         self.assertEqual(
             ['--op show --mode target',
              '--op bind --mode target --tid 1 --initiator-name ' + HOST_B,
@@ -534,7 +536,7 @@ class HostileListingTestCase(testtools.TestCase):
 
     def test_unparsable_acl_name_goes_with_the_target(self):
         fake = FakeTgtadm(show(acls=['iqn.2026-01.org.example:b;x']))
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         target.unexport(IQN, target.find(IQN))
         self.assertEqual(
             ['--op show --mode target',
@@ -547,14 +549,14 @@ class HostileListingTestCase(testtools.TestCase):
                   '        State: ready')
         listing = show(sessions=[(3, forged)]).replace('State: ready',
                                                        'State: offline', 1)
-        self.assertRaises(exception.TargetCommandFailed, tgt.parse_targets,
+        self.assertRaises(exception.TargetCommandFailed, tgtadm.parse_targets,
                           listing)
 
     def test_only_the_first_state_counts(self):
         listing = show().replace('        State: ready\n',
                                  '        State: offline\n'
                                  '        State: ready\n')
-        self.assertFalse(tgt.is_ready(tgt.parse_targets(listing)[IQN]))
+        self.assertFalse(tgtadm.is_ready(tgtadm.parse_targets(listing)[IQN]))
 
 
 @ddt.ddt
@@ -577,7 +579,7 @@ class HostileNamesListingTestCase(testtools.TestCase):
     )
     def test_refused(self, listing):
         err = self.assertRaises(exception.TargetCommandFailed,
-                                tgt.parse_target_names, listing)
+                                tgtadm.parse_target_names, listing)
         self.assertIn('ambiguous', str(err))
 
     @ddt.data(
@@ -598,24 +600,24 @@ class HostileNamesListingTestCase(testtools.TestCase):
         '        Target 1: %s\n        Target 1: iqn.c\n' % IQN,
     )
     def test_lookup_refused(self, listing):
-        err = self.assertRaises(exception.TargetCommandFailed, tgt.find_tid,
+        err = self.assertRaises(exception.TargetCommandFailed, tgtadm.find_tid,
                                 listing, IQN)
         self.assertIn('ambiguous', str(err))
 
     def test_lookup(self):
         listing = names((3, 'iqn.b'), (12, IQN), (4, IQN + 'x'))
-        self.assertEqual(12, tgt.find_tid(listing, IQN))
-        self.assertEqual(4, tgt.find_tid(listing, IQN + 'x'))
-        self.assertIsNone(tgt.find_tid(listing, IQN[:-1]))
-        self.assertIsNone(tgt.find_tid(names(), IQN))
-        self.assertEqual(tgt.parse_target_names(listing)[IQN],
-                         tgt.find_tid(listing.replace('\n', '\r\n'), IQN))
+        self.assertEqual(12, tgtadm.find_tid(listing, IQN))
+        self.assertEqual(4, tgtadm.find_tid(listing, IQN + 'x'))
+        self.assertIsNone(tgtadm.find_tid(listing, IQN[:-1]))
+        self.assertIsNone(tgtadm.find_tid(names(), IQN))
+        self.assertEqual(tgtadm.parse_target_names(listing)[IQN],
+                         tgtadm.find_tid(listing.replace('\n', '\r\n'), IQN))
 
     def test_refused_listing_stops_the_teardown(self):
         fake = FakeTgtadm(target_names='LLDs:\n    iscsi: ready\n'
                           '        Target 1: %s\n        Target 1: iqn.b\n'
                           % IQN)
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         self.assertRaises(exception.TargetCommandFailed, target.revoke, IQN)
         self.assertRaises(exception.TargetCommandFailed, target.unexport,
                           IQN, None, ['chapuser'])
@@ -635,13 +637,13 @@ class HostileConnectionsTestCase(testtools.TestCase):
     def test_forged_block_of_a_real_session_is_refused(self):
         listing = conns((3, self.forged(4, 0, HOST_A)), (4, HOST_B))
         err = self.assertRaises(exception.TargetCommandFailed,
-                                tgt.parse_connections, listing)
+                                tgtadm.parse_connections, listing)
         self.assertIn('ambiguous', str(err))
 
     def test_forged_second_initiator_of_a_session_is_refused(self):
         listing = conns((3, self.forged(3, 1, HOST_B)))
         self.assertRaises(exception.TargetCommandFailed,
-                          tgt.parse_connections, listing)
+                          tgtadm.parse_connections, listing)
 
     @ddt.data(
         HOST_A + '\nSession: 9',
@@ -653,18 +655,18 @@ class HostileConnectionsTestCase(testtools.TestCase):
     )
     def test_forged_lines_are_refused(self, name):
         self.assertRaises(exception.TargetCommandFailed,
-                          tgt.parse_connections, conns((3, name)))
+                          tgtadm.parse_connections, conns((3, name)))
 
     @ddt.data('\r', '\x1c', '\u2028', '\x85')
     def test_other_line_breaks_cut_as_splitlines_does(self, brk):
         name = (HOST_A + brk + 'Session: 3' + brk + '    Connection: 0' +
                 brk + '        Initiator: ' + HOST_B)
         self.assertRaises(exception.TargetCommandFailed,
-                          tgt.parse_connections, conns((3, name)))
+                          tgtadm.parse_connections, conns((3, name)))
         listing = conns((3, HOST_A), (4, HOST_B))
-        self.assertEqual(tgt.parse_connections(listing),
-                         tgt.parse_connections(listing.replace('\n',
-                                                               '\r\n')))
+        self.assertEqual(tgtadm.parse_connections(listing),
+                         tgtadm.parse_connections(listing.replace('\n',
+                                                                  '\r\n')))
 
     def test_a_forged_session_reaches_only_this_target(self):
         """A whole forged block of a session that does not exist.
@@ -676,7 +678,7 @@ class HostileConnectionsTestCase(testtools.TestCase):
         fake = FakeTgtadm(show(), {'--op delete --mode conn --tid 1 --sid 99':
                                    (22, "can't find the session")},
                           connections=conns((3, self.forged(99, 0, HOST_B))))
-        tgt.TgtAdm(control_port=7, ops=fake).revoke(IQN)
+        tgtadm.TgtAdm(control_port=7, ops=fake).revoke(IQN)
         self.assertEqual(
             [LLD, OFFLINE % 1, '--op show --mode conn --tid 1',
              unbind(HOST_A), unbind(HOST_B), delete_conn(3),
@@ -685,7 +687,7 @@ class HostileConnectionsTestCase(testtools.TestCase):
     def test_refused_listing_leaves_the_target_offline(self):
         fake = FakeTgtadm(show(), connections=conns(
             (3, self.forged(4, 0, HOST_A)), (4, HOST_B)))
-        target = tgt.TgtAdm(control_port=7, ops=fake)
+        target = tgtadm.TgtAdm(control_port=7, ops=fake)
         self.assertRaises(exception.TargetCommandFailed, target.revoke, IQN)
         self.assertEqual([LLD, OFFLINE % 1, '--op show --mode conn --tid 1'],
                          fake.commands)
@@ -698,7 +700,7 @@ class OfflineTargetTestCase(testtools.TestCase):
         listing = show(sessions=[(3, HOST_A)], acls=[HOST_A, HOST_B]).replace(
             'State: ready', 'State: offline')
         fake = FakeTgtadm(listing)
-        self.assertEqual([], tgt.TgtAdm(control_port=7, ops=fake).revoke(
+        self.assertEqual([], tgtadm.TgtAdm(control_port=7, ops=fake).revoke(
             IQN, [HOST_A], keep=[HOST_B]))
         self.assertEqual(['--op show --mode target', unbind(HOST_A),
                           delete_conn(3)], fake.commands)

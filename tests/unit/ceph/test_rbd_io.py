@@ -18,8 +18,8 @@ import ddt
 import fixtures
 import testtools
 
-from cinder_forcedetach.ceph import images
-from cinder_forcedetach import image as fd_image
+from cinder_forcedetach.ceph import rbd_io
+from cinder_forcedetach import image_gates
 
 
 @ddt.ddt
@@ -35,10 +35,10 @@ class NamesTestCase(testtools.TestCase):
               ('file:///tmp/x', None),
               (None, None))
     def test_rbd_location(self, url, expected):
-        self.assertEqual(expected, images.parse_rbd_location(url))
+        self.assertEqual(expected, rbd_io.parse_rbd_location(url))
 
     def test_qemu_spec_escapes_and_has_no_key(self):
-        spec = images.qemu_rbd_spec('volumes', 'vol:1', user='cinder',
+        spec = rbd_io.qemu_rbd_spec('volumes', 'vol:1', user='cinder',
                                     conf='/etc/ceph/c.conf',
                                     keyring='/k/ring', snapshot='s@1')
         self.assertEqual('rbd:volumes/vol\\:1@s\\@1:id=cinder:'
@@ -123,7 +123,7 @@ class AioImageFileTestCase(testtools.TestCase):
 
     def open(self, depth=3, **kwargs):
         self.image = FakeImage(**kwargs)
-        return images.ImageFile(FakeConnection(self.image.events),
+        return rbd_io.ImageFile(FakeConnection(self.image.events),
                                 self.image, depth=depth)
 
     def test_bounded_in_flight_and_in_order(self):
@@ -209,18 +209,18 @@ class AioImageFileTestCase(testtools.TestCase):
         files = []
 
         def open_destination():
-            files.append(images.ImageFile(FakeConnection(self.image.events),
+            files.append(rbd_io.ImageFile(FakeConnection(self.image.events),
                                           self.image, depth=4))
             return files[-1]
-        self.image.results = [fd_image.BLOCK_BYTES, -5]
-        data = os.urandom(3 * fd_image.BLOCK_BYTES)
+        self.image.results = [image_gates.BLOCK_BYTES, -5]
+        data = os.urandom(3 * image_gates.BLOCK_BYTES)
 
         class Service(object):
             def download(self, context, image_id, data_sink):
                 for i in range(0, len(data), 1 << 20):
                     data_sink.write(data[i:i + (1 << 20)])
         log = self.useFixture(fixtures.FakeLogger())
-        self.assertRaises(IOError, fd_image.stream_raw, None, Service(),
+        self.assertRaises(IOError, image_gates.stream_raw, None, Service(),
                           'img', 1, open_destination)
         self.assertNotIn('streamed onto the volume', log.output)
         self.assertEqual(0, self.image.in_flight)

@@ -13,7 +13,7 @@
 """Image I/O on RBD: file objects, copy-on-write reimage, qemu-img.
 
 Everything an image source gives goes through Cinder's own gates first
-(:mod:`cinder_forcedetach.image`: the format inspector on the image's
+(:mod:`cinder_forcedetach.image_gates`: the format inspector on the image's
 head, upstream's ``check_qcow2_file``/``check_vmdk_image`` checks);
 credentials stay in files (``qemu_rbd_spec`` names the keyring file,
 never a key).
@@ -31,7 +31,7 @@ from oslo_log import log as logging
 from oslo_utils import units
 
 from cinder_forcedetach.ceph import cluster
-from cinder_forcedetach import image as fd_image
+from cinder_forcedetach import image_gates
 
 rados = cluster.rados
 rbd = cluster.rbd
@@ -297,7 +297,7 @@ class Images(object):
         with self.connect(pool) as (_client, ioctx):
             with rbd.Image(ioctx, name, snapshot=snap,
                            read_only=True) as image:
-                return image.read(0, min(fd_image.HEAD_BYTES, image.size()))
+                return image.read(0, min(image_gates.HEAD_BYTES, image.size()))
 
     def discard_all(self, name):
         """Deallocate every object of image *name*: it then reads zeros.
@@ -347,8 +347,8 @@ class Images(object):
                         raise exception.ImageTooBig(
                             image_id=image_name,
                             reason=_('image is larger than the volume'))
-                    fd_image.check_head(image_name, 'raw', src.read(
-                        0, min(fd_image.HEAD_BYTES, src.size())))
+                    image_gates.check_head(image_name, 'raw', src.read(
+                        0, min(image_gates.HEAD_BYTES, src.size())))
                     features = (features or src.features()) | (
                         rbd.RBD_FEATURE_LAYERING)
                 try:
@@ -452,9 +452,9 @@ class Images(object):
         """
         pool, name, snap = location
         source = self.qemu_spec(name, pool=pool, snapshot=snap)
-        qfmt = fd_image.check_source(image_id, fmt, source,
-                                     self.read_head(location), volume.size,
-                                     execute=self.execute)
+        qfmt = image_gates.check_source(image_id, fmt, source,
+                                        self.read_head(location), volume.size,
+                                        execute=self.execute)
         if not qfmt:
             LOG.info('Image %s: its head does not settle its format; '
                      'fetching it instead.', image_id)

@@ -26,11 +26,11 @@ from oslo_config import fixture as config_fixture
 import testtools
 
 from cinder_forcedetach.drivers import common
-from cinder_forcedetach import image
+from cinder_forcedetach import image_gates
 
 MiB = 1 << 20
-BLOCK = image.BLOCK_BYTES
-GRAIN = image.GRAIN_BYTES
+BLOCK = image_gates.BLOCK_BYTES
+GRAIN = image_gates.GRAIN_BYTES
 
 
 def qemu_image(fmt, *options):
@@ -47,8 +47,8 @@ def qemu_image(fmt, *options):
 class CheckHeadTestCase(testtools.TestCase):
 
     def test_raw_data_passes(self):
-        self.assertTrue(image.check_head('i', 'raw', os.urandom(MiB)))
-        self.assertTrue(image.check_head('i', 'raw', b''))
+        self.assertTrue(image_gates.check_head('i', 'raw', os.urandom(MiB)))
+        self.assertTrue(image_gates.check_head('i', 'raw', b''))
 
     def test_partitioned_raw_disk_passes(self):
         # an MBR (upstream's inspector and qemu-img call it raw too)
@@ -56,30 +56,31 @@ class CheckHeadTestCase(testtools.TestCase):
         mbr[446:462] = bytes([0, 0, 2, 0, 0x83, 0, 0, 0]) + (
             (1).to_bytes(4, 'little') + (2047).to_bytes(4, 'little'))
         mbr[510:512] = b'\x55\xaa'
-        self.assertTrue(image.check_head('i', 'raw', bytes(mbr)))
+        self.assertTrue(image_gates.check_head('i', 'raw', bytes(mbr)))
 
     def test_qcow2_declared_raw_is_refused(self):
         err = self.assertRaises(exception.ImageUnacceptable,
-                                image.check_head, 'i', 'raw',
+                                image_gates.check_head, 'i', 'raw',
                                 qemu_image('qcow2'))
         self.assertIn('declared raw but its data is qcow2', str(err))
 
     def test_declared_format_must_match(self):
-        self.assertTrue(image.check_head('i', 'qcow2', qemu_image('qcow2')))
-        self.assertRaises(exception.ImageUnacceptable, image.check_head,
+        self.assertTrue(image_gates.check_head('i', 'qcow2',
+                                               qemu_image('qcow2')))
+        self.assertRaises(exception.ImageUnacceptable, image_gates.check_head,
                           'i', 'vmdk', qemu_image('qcow2'))
 
     def test_qcow2_backing_or_data_file_is_refused(self):
         for options in (['-b', '/etc/hostname', '-F', 'raw'],
                         ['-o', 'data_file={tmp}/data']):
             err = self.assertRaises(exception.ImageUnacceptable,
-                                    image.check_head, 'i', 'qcow2',
+                                    image_gates.check_head, 'i', 'qcow2',
                                     qemu_image('qcow2', *options))
             self.assertIn('Safety checks failed', str(err))
 
     def test_head_too_short_to_settle_a_format(self):
         vhdx = qemu_image('vhdx')
-        self.assertFalse(image.check_head('i', 'vhdx', vhdx[:64 * 1024]))
+        self.assertFalse(image_gates.check_head('i', 'vhdx', vhdx[:64 * 1024]))
 
 
 class RawSinkTestCase(testtools.TestCase):
@@ -91,7 +92,7 @@ class RawSinkTestCase(testtools.TestCase):
             self.opened.append(io.BytesIO())
             self.opened[-1].close = lambda: None
             return self.opened[-1]
-        return image._RawSink('i', size_gb, open_destination)
+        return image_gates._RawSink('i', size_gb, open_destination)
 
     def test_nothing_written_before_the_head_passed(self):
         sink = self.sink()
@@ -155,8 +156,8 @@ class ZeroSkippingTestCase(testtools.TestCase):
             events.append('discard')
             content[:] = bytes(len(content))
             return True
-        sink = image._RawSink('i', 1, open_destination, sparse=sparse,
-                              discard=discarder if discard else None)
+        sink = image_gates._RawSink('i', 1, open_destination, sparse=sparse,
+                                    discard=discarder if discard else None)
         try:
             for i in range(0, len(data), chunk):
                 sink.write(data[i:i + chunk])
@@ -205,8 +206,8 @@ class ZeroSkippingTestCase(testtools.TestCase):
             self.assertEqual(b'\xee' * len(qcow2), self.content)
         # a head shorter than HEAD_BYTES: refused at the end of the stream
         events = []
-        sink = image._RawSink('i', 1, lambda: events.append('open'),
-                              discard=lambda: events.append('discard'))
+        sink = image_gates._RawSink('i', 1, lambda: events.append('open'),
+                                    discard=lambda: events.append('discard'))
         sink.write(qemu_image('qcow2')[:64 * 1024])
         self.assertRaises(exception.ImageUnacceptable, sink.finish)
         self.assertEqual([], events)
@@ -240,7 +241,7 @@ class ZeroSkippingTestCase(testtools.TestCase):
                 at += size
             self.events = events = []
             content = bytearray(len(data))
-            sink = image._RawSink(
+            sink = image_gates._RawSink(
                 'i', 1, lambda: VolumeFile(events, content), sparse=True)
             for chunk in chunks:
                 sink.write(chunk)
@@ -300,12 +301,13 @@ class LocalFileHolesTestCase(testtools.TestCase):
             events.append('discard')
             content[:] = bytes(len(content))
             return True
-        sink = image._RawSink('i', size_gb, open_destination, sparse=sparse,
-                              discard=discarder if discard else None)
+        sink = image_gates._RawSink('i', size_gb, open_destination,
+                                    sparse=sparse,
+                                    discard=discarder if discard else None)
         write = sink.write
         sink.write = lambda data: (fed.append(len(data)), write(data))[1]
         try:
-            image.copy_file(path, sink)
+            image_gates.copy_file(path, sink)
             sink.finish()
         finally:
             sink.close()
@@ -358,13 +360,14 @@ class LocalFileHolesTestCase(testtools.TestCase):
     def test_holes_count_against_the_volume_size(self):
         path = self.sparse_file({0: b'H' * 4096}, (1 << 30) + 4096)
         events = []
-        sink = image._RawSink('i', 1, lambda: VolumeFile(events, bytearray()),
-                              sparse=True)
-        self.assertRaises(exception.ImageTooBig, image.copy_file, path, sink)
+        sink = image_gates._RawSink(
+            'i', 1, lambda: VolumeFile(events, bytearray()), sparse=True)
+        self.assertRaises(exception.ImageTooBig, image_gates.copy_file, path,
+                          sink)
         self.assertEqual([('write', 0, 4096)], events)
 
     def test_local_source_follows_upstreams_rule(self):
-        conf = self.useFixture(config_fixture.Config(image.CONF))
+        conf = self.useFixture(config_fixture.Config(image_gates.CONF))
 
         class Service(object):
             temp_images = None
@@ -374,16 +377,16 @@ class LocalFileHolesTestCase(testtools.TestCase):
             def get_location(self, context, image_id):
                 return None, self.locations
         service = Service()
-        self.assertIsNone(image.local_source(None, service, 'x'))
+        self.assertIsNone(image_gates.local_source(None, service, 'x'))
         conf.config(allowed_direct_url_schemes=['file'])
         self.assertEqual('/srv/images/x',
-                         image.local_source(None, service, 'x'))
+                         image_gates.local_source(None, service, 'x'))
         service.locations = [{'url': 'http://glance/x'}]
-        self.assertIsNone(image.local_source(None, service, 'x'))
+        self.assertIsNone(image_gates.local_source(None, service, 'x'))
 
         class Fetched(object):
             def get(self, context, image_id):
                 return '/tmp/fetched'
         service.temp_images = Fetched()
         self.assertEqual('/tmp/fetched',
-                         image.local_source(None, service, 'x'))
+                         image_gates.local_source(None, service, 'x'))
