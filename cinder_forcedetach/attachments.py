@@ -12,20 +12,27 @@
 
 """What the flow and the drivers ask of Cinder's attachment rows."""
 
+from __future__ import annotations
+
 import json
+from typing import Any, Iterable, Optional, TYPE_CHECKING
 
 from cinder.objects import fields
+
+if TYPE_CHECKING:
+    from cinder import objects
 
 ENDED_ATTACH_STATUSES = (fields.VolumeAttachStatus.DETACHED,
                          fields.VolumeAttachStatus.DELETED)
 
 
-def is_live(attachment):
+def is_live(attachment: objects.VolumeAttachment) -> bool:
     """Whether an attachment still (or may still) reaches the backend."""
     return attachment.attach_status not in ENDED_ATTACH_STATUSES
 
 
-def export_users(attachments):
+def export_users(attachments: Iterable[objects.VolumeAttachment]
+                 ) -> list[objects.VolumeAttachment]:
     """The attachments whose host may use the export: those with a connector.
 
     An attachment without one (Nova reserves those for a shelved-offloaded
@@ -35,7 +42,8 @@ def export_users(attachments):
     return [a for a in attachments if a.connector]
 
 
-def same_host(attachment_connector, connector):
+def same_host(attachment_connector: Optional[dict[str, Any]],
+              connector: Optional[dict[str, Any]]) -> bool:
     """Whether two connectors name the same host (name, IQN or a WWPN)."""
     if not attachment_connector or not connector:
         return False
@@ -47,7 +55,9 @@ def same_host(attachment_connector, connector):
     return bool(wwpns & set(connector.get('wwpns') or []))
 
 
-def of_other_hosts(attachments, connector):
+def of_other_hosts(attachments: Iterable[objects.VolumeAttachment],
+                   connector: Optional[dict[str, Any]]
+                   ) -> list[objects.VolumeAttachment]:
     """Live attachments, with a connector, of hosts other than *connector*.
 
     Those whose access stays when that host leaves.
@@ -64,7 +74,7 @@ class Attachments(list):
     holds CHAP passwords, which must not reach the logs.
     """
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'Attachments(%s)' % ', '.join(a.id for a in self)
 
     __str__ = __repr__
@@ -89,7 +99,9 @@ TEARDOWN_MARK_MAX = 255
 HOST_FIELDS = ('host', 'initiator', 'ip', 'wwpns', 'nqn')
 
 
-def teardown_record(hosts, attachment_ids=None):
+def teardown_record(hosts: Iterable[Optional[dict[str, Any]]],
+                    attachment_ids: Optional[Iterable[str]] = None
+                    ) -> str:
     """The value of :data:`TEARDOWN_MARK`.
 
     *hosts*: connectors, ``None`` for every host.  With *attachment_ids*
@@ -110,7 +122,8 @@ def teardown_record(hosts, attachment_ids=None):
     return value
 
 
-def parse_teardown(text, live):
+def parse_teardown(text: Optional[str], live: Iterable[Any]
+                   ) -> Optional[list[Optional[dict[str, Any]]]]:
     """Connectors of a teardown record still in force, or None.
 
     *live*: the volume's live attachments (``id`` and ``connector``).  A
@@ -136,7 +149,8 @@ def parse_teardown(text, live):
     return [c if isinstance(c, dict) else None for c in value] or [None]
 
 
-def hosts_in_teardown(volume):
+def hosts_in_teardown(volume: objects.Volume
+                      ) -> Optional[list[Optional[dict[str, Any]]]]:
     """Connectors a teardown was revoking when it stopped, or None.
 
     Read from the volume's admin metadata; see :data:`TEARDOWN_MARK`.

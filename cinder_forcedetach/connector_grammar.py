@@ -23,6 +23,7 @@ check fails closed with ``InvalidConnectorException`` naming the field.
 
 import ipaddress
 import re
+from typing import Any, Iterable, NoReturn
 
 from cinder import exception
 
@@ -49,29 +50,29 @@ _HOST_RE = re.compile(r'[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?'
                       re.IGNORECASE)
 
 
-def _refuse(field, value, grammar):
+def _refuse(field: str, value: Any, grammar: str) -> NoReturn:
     # repr() shows a newline or comma an attacker hid in the value.
     raise exception.InvalidConnectorException(
         missing='%s: %r is not %s' % (field, value, grammar))
 
 
-def is_iscsi_name(value):
+def is_iscsi_name(value: Any) -> bool:
     """Whether *value* is an iSCSI name (``iqn.``, ``eui.`` or ``naa.``)."""
     return (isinstance(value, str) and
             len(value.encode('utf-8')) <= ISCSI_NAME_MAX_BYTES and
             any(r.fullmatch(value) for r in (_IQN_RE, _EUI_RE, _NAA_RE)))
 
 
-def is_wwn(value):
+def is_wwn(value: Any) -> bool:
     return isinstance(value, str) and bool(_WWN_RE.fullmatch(value))
 
 
-def is_host_name(value):
+def is_host_name(value: Any) -> bool:
     return (isinstance(value, str) and len(value) <= HOST_NAME_MAX and
             bool(_HOST_RE.fullmatch(value)))
 
 
-def is_ip(value):
+def is_ip(value: Any) -> bool:
     if not isinstance(value, str):
         return False
     try:
@@ -81,13 +82,13 @@ def is_ip(value):
     return True
 
 
-def check_iscsi_name(value, field='initiator'):
+def check_iscsi_name(value: Any, field: str = 'initiator') -> str:
     if not is_iscsi_name(value):
         _refuse(field, value, 'an iSCSI name (RFC 3720 iqn., eui. or naa.)')
     return value
 
 
-def _check_wwns(connector, field):
+def _check_wwns(connector: dict[str, Any], field: str) -> None:
     values = connector[field]
     if isinstance(values, str):
         values = [values]     # os-brick sends lists; Cinder accepts both
@@ -98,7 +99,8 @@ def _check_wwns(connector, field):
             _refuse(field, value, 'a WWN (16 hex digits)')
 
 
-def check(connector, required=()):
+def check(connector: Any, required: Iterable[str] = ()
+          ) -> dict[str, Any]:
     """Check every tool-facing field present in *connector*.
 
     :param required: fields that must be present (e.g. ``('initiator',)``

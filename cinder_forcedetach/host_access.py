@@ -24,6 +24,7 @@ import collections
 import functools
 import ipaddress
 import re
+from typing import Any, Optional
 
 #: Any host may reach the volume (e.g. a tgt ``initiator-address ALL``).
 ANY_HOST = 'any'
@@ -45,7 +46,7 @@ _IP_CHARS = frozenset('0123456789abcdefABCDEF.:[]%')
 
 
 @functools.lru_cache(maxsize=65536)
-def _ip(value):
+def _ip(value: Any) -> Optional[str]:
     """*value* as a canonical IP literal, or None (cached: hosts repeat)."""
     text = str(value)
     if not text or not _IP_CHARS.issuperset(text[:40]):
@@ -56,20 +57,20 @@ def _ip(value):
         return None
 
 
-def normalize_wwpn(value):
+def normalize_wwpn(value: Any) -> Optional[str]:
     """``21:00:00:24:FF:00:00:01`` -> ``21000024ff000001`` (or None)."""
     text = str(value).replace(':', '').lower()
     return text if re.fullmatch(r'[0-9a-f]{16}', text) else None
 
 
-def connector_keys(connector):
+def connector_keys(connector: Any) -> frozenset[str]:
     """The host keys of a connector: its initiator, WWPNs and IPs.
 
     Only literals: the audit reads thousands of connectors and resolves no
     names (a client on a multi-homed host is matched by the connector's
     ``ip``).
     """
-    keys = set()
+    keys: set[str] = set()
     if not isinstance(connector, dict):
         return frozenset()
     if isinstance(connector.get('initiator'), str):
@@ -85,7 +86,8 @@ def connector_keys(connector):
     return frozenset(keys)
 
 
-def holder_reaches(holder, connector_keys_):
+def holder_reaches(holder: Holder, connector_keys_: frozenset[str]
+                   ) -> bool:
     """Whether *holder* belongs to the host of *connector_keys_*."""
     return ANY_HOST in holder.keys or bool(holder.keys & connector_keys_)
 
@@ -94,7 +96,7 @@ _PUBLIC_FIELDS = ('host', 'ip', 'initiator', 'wwpns', 'wwnns', 'nqn',
                   'platform', 'os_type', 'multipath')
 
 
-def public_connector(connector):
+def public_connector(connector: Any) -> Optional[dict[str, Any]]:
     """A connector without what may be secret, for records and plans."""
     if not isinstance(connector, dict):
         return None

@@ -18,7 +18,11 @@ re-export after an extend.  A lease the lock service no longer confirms
 (etcd unreachable) stops a step rather than let it run unlocked.
 """
 
+from __future__ import annotations
+
 import base64
+import types
+from typing import Optional, TYPE_CHECKING, TypeGuard
 
 from cinder import coordination
 from oslo_log import log as logging
@@ -27,6 +31,11 @@ from tooz import locking
 
 from cinder_forcedetach import exception as fd_exception
 
+if TYPE_CHECKING:
+    from cinder import objects
+    from tooz.drivers.etcd3gw import Etcd3Lock
+
+tooz_etcd3gw: Optional[types.ModuleType]
 try:
     from tooz.drivers import etcd3gw as tooz_etcd3gw
 except ImportError:  # pragma: no cover - etcd3gw is optional for tooz
@@ -46,7 +55,7 @@ def volume_lock(volume_id: str) -> locking.Lock:
     return coordination.COORDINATOR.get_lock(lock_name(volume_id))
 
 
-def _is_etcd3gw(lock: locking.Lock) -> bool:
+def _is_etcd3gw(lock: locking.Lock) -> TypeGuard[Etcd3Lock]:
     return tooz_etcd3gw is not None and isinstance(lock,
                                                    tooz_etcd3gw.Etcd3Lock)
 
@@ -73,15 +82,18 @@ def lock_is_ours(lock: locking.Lock) -> bool:
         return False
 
 
-def _etcd3gw_lock_is_ours(lock) -> bool:
+def _etcd3gw_lock_is_ours(lock: Etcd3Lock) -> bool:
     # tooz's Etcd3Lock: a key bound to a lease, holding the lock's uuid.
-    if not lock.acquired or lock._lease.refresh() <= 0:
+    # _lease is set by acquire() in a closure, which tooz's hints miss.
+    if not lock.acquired or (
+            lock._lease.refresh() <= 0):  # type: ignore[attr-defined]
         return False
     return lock._coord.client.get(lock._key) == [
         base64.b64decode(lock._uuid)]
 
 
-def check_lock(lock, volume, step: str) -> None:
+def check_lock(lock: Optional[locking.Lock], volume: objects.Volume,
+               step: str) -> None:
     """Raise ``LockLost`` unless the lock service confirms *lock*.
 
     *lock* None: the caller holds no lock of its own to check.

@@ -64,6 +64,7 @@ sys.path.insert(0, REPO)
 from devbox import nova_box  # noqa: E402
 from devbox import stack as stack_mod  # noqa: E402
 from tests import fakes  # noqa: E402
+from tests.support import id_lists  # noqa: E402
 
 STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
 EXCLUDE = os.path.join(REPO, 'tools', 'tempest-exclude.txt')
@@ -191,21 +192,11 @@ def parse_skips(lines, path=SKIPS):
     ValueError naming *path* and the line.
     """
     skips = {}
-    for number, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line or line.startswith('#'):
-            continue
-        where = '%s:%d' % (path, number)
-        fields = [field.strip() for field in line.split('|', 2)]
-        if len(fields) != 3 or not fields[0] or not fields[2]:
-            raise ValueError('%s: expected "<id> | tgt|rbd|both | <reason>":'
-                             ' %s' % (where, line))
-        test_id, run, reason = fields
+    for where, test_id, run, reason in id_lists.read_id_lines(
+            lines, path, '<id> | tgt|rbd|both | <reason>'):
         if run not in SKIP_RUNS:
             raise ValueError('%s: %s: the run is one of %s, not %r' % (
                 where, test_id, ', '.join(sorted(SKIP_RUNS)), run))
-        if test_id in skips:
-            raise ValueError('%s: %s is listed twice' % (where, test_id))
         skips[test_id] = (SKIP_RUNS[run], reason)
     return skips
 

@@ -49,6 +49,8 @@ import unittest
 import testtools
 import testtools.content
 
+from tests.support import id_lists
+
 DIFFERENCES = os.path.join(os.path.dirname(__file__), 'differences.txt')
 
 
@@ -129,23 +131,13 @@ def parse_differences(lines, path=DIFFERENCES):
     an error (ValueError naming *path* and the line number).
     """
     differences = {}
-    for number, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line or line.startswith('#'):
-            continue
-        where = '%s:%d' % (path, number)
-        fields = [field.strip() for field in line.split('|', 2)]
-        if len(fields) != 3 or not all(fields):
-            raise ValueError('%s: expected "<test id> | <ExceptionType>: '
-                             '<message fragment> | <reason>": %s' % (
-                                 where, line))
-        test_id, expected, reason = fields
+    for where, test_id, expected, reason in id_lists.read_id_lines(
+            lines, path, '<test id> | <ExceptionType>: <message fragment> '
+                         '| <reason>'):
         try:
             exc_type, fragment = parse_expected(expected)
         except ValueError as e:
             raise ValueError('%s: %s: %s' % (where, test_id, e))
-        if test_id in differences:
-            raise ValueError('%s: %s is listed twice' % (where, test_id))
         differences[test_id] = Difference(exc_type, fragment, reason)
     return differences
 
