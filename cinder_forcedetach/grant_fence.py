@@ -39,8 +39,11 @@ What is cut is logged at WARNING, recorded in the volume's admin metadata
 grant: Cinder's attach fails and nothing is granted.
 """
 
+from __future__ import annotations
+
 import json
 import types
+from typing import Any, Iterable, Sequence, TYPE_CHECKING
 
 from cinder.db import api as db_api
 from oslo_log import log as logging
@@ -50,6 +53,10 @@ from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import host_access
 from cinder_forcedetach import notifications
 
+if TYPE_CHECKING:
+    from cinder import context as cinder_context
+    from cinder import objects
+
 LOG = logging.getLogger(__name__)
 
 #: Volume admin metadata: the last holders a grant cut, and when.
@@ -58,7 +65,10 @@ RECORD_KEY = 'forcedetach_grant_fence'
 REASON = 'grant'
 
 
-def explaining_connectors(volume, attachments, connector):
+def explaining_connectors(volume: objects.Volume,
+                          attachments: Iterable[objects.VolumeAttachment],
+                          connector: dict[str, Any]
+                          ) -> list[dict[str, Any]]:
     """Connectors whose hosts keep access when *connector* is granted."""
     live = [a for a in attachments if fd_attachments.is_live(a)]
     with_connector = [a for a in live if a.connector]
@@ -70,7 +80,8 @@ def explaining_connectors(volume, attachments, connector):
     return [connector] + [a.connector for a in with_connector]
 
 
-def unexplained(holders, explaining):
+def unexplained(holders: Iterable[host_access.Holder],
+                explaining: Iterable[Any]) -> list[host_access.Holder]:
     """The holders no connector of *explaining* accounts for.
 
     A holder that names no host (an export nobody may reach) holds
@@ -84,8 +95,10 @@ def unexplained(holders, explaining):
             not h.keys & keys]
 
 
-def _unique_connectors(holders):
-    seen, result = set(), []
+def _unique_connectors(holders: Iterable[host_access.Holder]
+                       ) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    result: list[dict[str, Any]] = []
     for holder in holders:
         if not holder.connector:
             continue
@@ -96,7 +109,10 @@ def _unique_connectors(holders):
     return result
 
 
-def fence_before_grant(driver, context, volume, connector, attachments):
+def fence_before_grant(driver: Any, context: cinder_context.RequestContext,
+                       volume: objects.Volume, connector: dict[str, Any],
+                       attachments: Iterable[objects.VolumeAttachment]
+                       ) -> list[host_access.Holder]:
     """Cut the holders of *volume* no live attachment explains.
 
     :param attachments: the volume's attachments as the database has them
@@ -135,7 +151,8 @@ def fence_before_grant(driver, context, volume, connector, attachments):
     return cut
 
 
-def _record(context, volume, connector, labels):
+def _record(context: cinder_context.RequestContext, volume: objects.Volume,
+            connector: dict[str, Any], labels: Sequence[str]) -> None:
     value = {'at': timeutils.utcnow().isoformat(),
              'granted_to': connector.get('host'), 'cut': labels}
     text = json.dumps(value)

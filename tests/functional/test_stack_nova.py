@@ -36,6 +36,7 @@ import uuid
 import testtools
 
 from cinder_forcedetach.conformance import initiator as qemu_io
+from cinder_forcedetach.conformance import probe
 from devbox import nova_box
 from devbox import stack as stack_mod
 from tests import fakes
@@ -188,10 +189,9 @@ class _NovaBoxTestCase(testtools.TestCase):
         """(exists, ACL initiators) of the volume's tgt target."""
         out = stack_mod.tgtadm(self.control, '--op', 'show', '--mode',
                                'target').stdout
-        for block in re.split(r'(?m)^(?=Target \d+:)', out):
-            if block.startswith('Target') and vol_id in block.split('\n')[0]:
-                acl = block.split('ACL information:')[-1]
-                return True, sorted(re.findall(r'^\s+(\S+)$', acl, re.M))
+        for target in probe.read_tgt_listing(out):
+            if vol_id in target.name:
+                return True, sorted(target.acls)
         return False, []
 
     def backing_path(self, vol_id):
