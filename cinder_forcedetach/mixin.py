@@ -100,6 +100,10 @@ class ForceDetachMixin(object):
         # What grants access and what Cinder removes itself (detach,
         # attachment delete, volume delete) run under the volume's lock,
         # the flow's: a grant never lands between a force-detach's steps.
+        # Bound here, on the instance, around the most derived method: a
+        # driver class's own remove_export (ours, a vendor's) overrides any
+        # wrapper the mixin's class could define, and wrapping each class
+        # of a super() chain would take the (not reentrant) lock twice.
         self.create_export_unlocked = self.create_export
         self.create_export = self._create_export_locked
         self.remove_export_unlocked = self.remove_export
