@@ -23,7 +23,7 @@ check fails closed with ``InvalidConnectorException`` naming the field.
 
 import ipaddress
 import re
-from typing import Any, Iterable, NoReturn
+from typing import Any, Iterable, NoReturn, TypeGuard
 
 from cinder import exception
 
@@ -56,23 +56,23 @@ def _refuse(field: str, value: Any, grammar: str) -> NoReturn:
         missing='%s: %r is not %s' % (field, value, grammar))
 
 
-def is_iscsi_name(value: Any) -> bool:
+def is_iscsi_name(value: Any) -> TypeGuard[str]:
     """Whether *value* is an iSCSI name (``iqn.``, ``eui.`` or ``naa.``)."""
     return (isinstance(value, str) and
             len(value.encode('utf-8')) <= ISCSI_NAME_MAX_BYTES and
             any(r.fullmatch(value) for r in (_IQN_RE, _EUI_RE, _NAA_RE)))
 
 
-def is_wwn(value: Any) -> bool:
+def is_wwn(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and bool(_WWN_RE.fullmatch(value))
 
 
-def is_host_name(value: Any) -> bool:
+def is_host_name(value: Any) -> TypeGuard[str]:
     return (isinstance(value, str) and len(value) <= HOST_NAME_MAX and
             bool(_HOST_RE.fullmatch(value)))
 
 
-def is_ip(value: Any) -> bool:
+def is_ip(value: Any) -> TypeGuard[str]:
     if not isinstance(value, str):
         return False
     try:

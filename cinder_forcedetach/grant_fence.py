@@ -81,7 +81,8 @@ def explaining_connectors(volume: objects.Volume,
 
 
 def unexplained(holders: Iterable[host_access.Holder],
-                explaining: Iterable[Any]) -> list[host_access.Holder]:
+                explaining: Iterable[dict[str, Any]]
+                ) -> list[host_access.Holder]:
     """The holders no connector of *explaining* accounts for.
 
     A holder that names no host (an export nobody may reach) holds

@@ -38,8 +38,11 @@ notified (``forcedetach.reconcile.pass``); each cut is a
 ``forcedetach.detach.forced`` with reason ``reconciler``.
 """
 
+from __future__ import annotations
+
 import collections
 import datetime
+from typing import Any, Iterable, Optional, TYPE_CHECKING
 
 from cinder import context as cinder_context
 from cinder.db import api as db_api
@@ -60,6 +63,9 @@ from cinder_forcedetach.audit import sources
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import host_access
 from cinder_forcedetach import notifications
+
+if TYPE_CHECKING:
+    from cinder.db import models
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
@@ -92,7 +98,7 @@ CAPABILITY_PREFIX = 'forcedetach_'
 class Reconciler(object):
     """Passes of the audit over one driver's backend; see the module."""
 
-    def __init__(self, driver):
+    def __init__(self, driver: Any) -> None:
         self.driver = driver
         conf = driver.configuration
         self.interval = conf.safe_get('forcedetach_reconcile_interval') or 0
@@ -106,10 +112,10 @@ class Reconciler(object):
         self.passes = 0
         self.cut_total = 0
         self.failed_total = 0
-        self.last = {}
-        self._timer = None
+        self.last: dict[str, Any] = {}
+        self._timer: Optional[loopingcall.FixedIntervalLoopingCall] = None
 
-    def start(self):
+    def start(self) -> Reconciler:
         if not self.interval or not self.backend:
             LOG.info('Reconciler of %s is off.', self.backend)
             return self
@@ -122,17 +128,17 @@ class Reconciler(object):
         return self
 
     @property
-    def running(self):
+    def running(self) -> bool:
         return self._timer is not None
 
-    def stop(self):
+    def stop(self) -> None:
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
 
     # -- one pass ----------------------------------------------------------
 
-    def run_once(self):
+    def run_once(self) -> dict[str, Any]:
         """One pass; returns its counts (also kept for the capabilities)."""
         ctxt = cinder_context.get_admin_context()
         started = timeutils.utcnow()
@@ -189,7 +195,8 @@ class Reconciler(object):
                              dict(self.last, backend=self.backend))
         return self.last
 
-    def cut(self, ctxt, finding):
+    def cut(self, ctxt: cinder_context.RequestContext,
+            finding: cases.Finding) -> str:
         """Tear down what reaches a volume found available and detached.
 
         The flow checks again, under the volume's lock, that the volume is
@@ -211,9 +218,13 @@ class Reconciler(object):
             return 'failed: %s' % err
         return repair.REPAIRED
 
-    def select(self, ctxt, findings, now):
+    def select(self, ctxt: cinder_context.RequestContext,
+               findings: Iterable[cases.Finding], now: datetime.datetime
+               ) -> tuple[list[tuple[cases.Finding, str]],
+                          list[cases.Finding]]:
         """``([(finding, why)] to cut now, [waiting for the grace])``."""
-        cut, waiting = [], []
+        cut: list[tuple[cases.Finding, str]] = []
+        waiting: list[cases.Finding] = []
         for finding in findings:
             if (finding.case != 'leaked_export' or finding.refused or
                     finding.action != cases.DETACH_ALL):
@@ -240,7 +251,7 @@ class Reconciler(object):
 
     # -- reporting ---------------------------------------------------------
 
-    def capabilities(self):
+    def capabilities(self) -> dict[str, Any]:
         """Counts for the pool capabilities."""
         last = self.last
         return {
@@ -254,7 +265,8 @@ class Reconciler(object):
         }
 
 
-def _older_than(stamp, now, seconds):
+def _older_than(stamp: Optional[datetime.datetime], now: datetime.datetime,
+                seconds: float) -> bool:
     if stamp is None:
         return True
     # Cinder's objects give aware UTC stamps; timeutils.utcnow() is naive.
@@ -263,7 +275,9 @@ def _older_than(stamp, now, seconds):
         seconds=seconds)
 
 
-def _ended_attachment_of(ctxt, volume_id, connector):
+def _ended_attachment_of(ctxt: cinder_context.RequestContext,
+                         volume_id: str, connector: Optional[dict[str, Any]]
+                         ) -> Optional[models.VolumeAttachment]:
     """The latest ended attachment row of *connector*'s host, or None."""
     keys = host_access.connector_keys(connector)
     if not keys:
@@ -278,7 +292,7 @@ def _ended_attachment_of(ctxt, volume_id, connector):
                default=None)
 
 
-def _loads(text):
+def _loads(text: Optional[str]) -> Any:
     try:
         return jsonutils.loads(text) if text else None
     except ValueError:

@@ -184,6 +184,12 @@ else
     echo "== pep8"
     t0=$SECONDS
     if ! flake8; then echo "pep8: FAILED"; pep8="; pep8: FAILED"; rc=1; fi
+    # mypy checks the files its [mypy] section in setup.cfg lists.
+    if ! grep -qs '^\[mypy\]' setup.cfg; then
+        echo "mypy: not run (no [mypy] section in setup.cfg)"
+    elif ! mypy; then
+        echo "mypy: FAILED"; pep8="; pep8: FAILED"; rc=1
+    fi
     stage_done pep8 $t0
 fi
 

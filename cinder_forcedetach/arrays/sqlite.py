@@ -39,6 +39,7 @@ import contextlib
 import os
 import sqlite3
 import time
+from typing import Any, Iterable, Iterator, Optional
 
 from cinder.volume import configuration
 from oslo_config import cfg
@@ -95,7 +96,8 @@ _LOCKED_MESSAGES = ('database is locked', 'database table is locked',
 class SqliteArray(base.FCArray):
     """An FC array whose masking state is the SQLite file *path*."""
 
-    def __init__(self, path, timeout=10.0, target_ports=None):
+    def __init__(self, path: str, timeout: float = 10.0,
+                 target_ports: Optional[Iterable[str]] = None) -> None:
         self.path = path
         self.timeout = timeout
         self._configured_ports = [base.normalize_wwpn(w)
@@ -104,7 +106,8 @@ class SqliteArray(base.FCArray):
     # -- plumbing --------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self, operation, write=True):
+    def _transaction(self, operation: str,
+                     write: bool = True) -> Iterator[sqlite3.Connection]:
         """One array operation: a transaction that fails as a whole."""
         start = time.monotonic()
         conn = None
@@ -134,12 +137,14 @@ class SqliteArray(base.FCArray):
                 conn.close()
 
     @staticmethod
-    def _host_row(conn, host):
+    def _host_row(conn: sqlite3.Connection,
+                  host: str) -> Optional[tuple[str, Optional[str]]]:
         return conn.execute('SELECT name, busy FROM hosts WHERE name = ?',
                             (host,)).fetchone()
 
     @staticmethod
-    def _check_not_busy(conn, host, operation):
+    def _check_not_busy(conn: sqlite3.Connection, host: str,
+                        operation: str) -> None:
         row = conn.execute('SELECT busy FROM hosts WHERE name = ?',
                            (host,)).fetchone()
         if row and row[0]:
@@ -148,7 +153,7 @@ class SqliteArray(base.FCArray):
 
     # -- setup -------------------------------------------------------------
 
-    def setup(self):
+    def setup(self) -> None:
         """Create the schema; record the configured target ports."""
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, mode=0o750, exist_ok=True)
@@ -161,19 +166,20 @@ class SqliteArray(base.FCArray):
                 conn.executemany('INSERT INTO target_ports VALUES (?)',
                                  [(w,) for w in self._configured_ports])
 
-    def target_ports(self):
+    def target_ports(self) -> list[str]:
         with self._transaction('target_ports', write=False) as conn:
             return [r[0] for r in conn.execute(
                 'SELECT wwpn FROM target_ports ORDER BY wwpn')]
 
     # -- hosts -------------------------------------------------------------
 
-    def find_host(self, wwpns):
+    def find_host(self, wwpns: Iterable[str]) -> Optional[str]:
         with self._transaction('find_host', write=False) as conn:
             return self._find_host(conn, wwpns)
 
     @staticmethod
-    def _find_host(conn, wwpns):
+    def _find_host(conn: sqlite3.Connection,
+                   wwpns: Iterable[str]) -> Optional[str]:
         wwpns = [base.normalize_wwpn(w) for w in wwpns]
         owners = sorted({r[0] for r in conn.execute(
             'SELECT host FROM host_wwpns WHERE wwpn IN (%s)' %
@@ -183,7 +189,7 @@ class SqliteArray(base.FCArray):
                                     hosts=', '.join(owners))
         return owners[0] if owners else None
 
-    def ensure_host(self, name, wwpns):
+    def ensure_host(self, name: str, wwpns: Iterable[str]) -> str:
         if not name or not wwpns:
             raise base.ArrayError(operation='ensure_host',
                                   reason='a host needs a name and WWPNs')
@@ -208,13 +214,13 @@ class SqliteArray(base.FCArray):
                                  [(w, host) for w in missing])
             return host
 
-    def host_wwpns(self, host):
+    def host_wwpns(self, host: str) -> list[str]:
         with self._transaction('host_wwpns', write=False) as conn:
             return [r[0] for r in conn.execute(
                 'SELECT wwpn FROM host_wwpns WHERE host = ? ORDER BY wwpn',
                 (host,))]
 
-    def delete_host(self, host):
+    def delete_host(self, host: str) -> None:
         with self._transaction('delete_host') as conn:
             if self._host_row(conn, host) is None:
                 LOG.debug('Array host %s already deleted.', host)
@@ -228,7 +234,7 @@ class SqliteArray(base.FCArray):
                                     ', '.join(sorted(mapped)))
             conn.execute('DELETE FROM hosts WHERE name = ?', (host,))
 
-    def set_host_busy(self, host, reason=None):
+    def set_host_busy(self, host: str, reason: Optional[str] = None) -> None:
         """Mark *host* busy (*reason*) or free (None): an admin action."""
         with self._transaction('set_host_busy') as conn:
             conn.execute('UPDATE hosts SET busy = ? WHERE name = ?',
@@ -236,7 +242,7 @@ class SqliteArray(base.FCArray):
 
     # -- LUN maps ------------------------------------------------------------
 
-    def map_volume(self, volume_name, host):
+    def map_volume(self, volume_name: str, host: str) -> int:
         with self._transaction('map_volume') as conn:
             if self._host_row(conn, host) is None:
                 raise base.ArrayError(operation='map_volume',
@@ -262,10 +268,11 @@ class SqliteArray(base.FCArray):
                                   'lun': lun})
             return lun
 
-    def unmap_volume(self, volume_name, host=None):
+    def unmap_volume(self, volume_name: str,
+                     host: Optional[str] = None) -> list[str]:
         with self._transaction('unmap_volume') as conn:
             query = 'SELECT host FROM lun_maps WHERE volume = ?'
-            args = (volume_name,)
+            args: tuple[str, ...] = (volume_name,)
             if host is not None:
                 query += ' AND host = ?'
                 args += (host,)
@@ -286,13 +293,13 @@ class SqliteArray(base.FCArray):
                 'SELECT host FROM lun_maps WHERE volume = ? ORDER BY host',
                 (volume_name,))]
 
-    def hosts_of_volume(self, volume_name):
+    def hosts_of_volume(self, volume_name: str) -> dict[str, int]:
         with self._transaction('hosts_of_volume', write=False) as conn:
             return dict(conn.execute(
                 'SELECT host, lun FROM lun_maps WHERE volume = ?',
                 (volume_name,)).fetchall())
 
-    def luns_of_host(self, host):
+    def luns_of_host(self, host: str) -> dict[str, int]:
         with self._transaction('luns_of_host', write=False) as conn:
             return dict(conn.execute(
                 'SELECT volume, lun FROM lun_maps WHERE host = ?',
@@ -300,13 +307,13 @@ class SqliteArray(base.FCArray):
 
     # -- inspection ----------------------------------------------------------
 
-    def masking(self):
+    def masking(self) -> dict[str, dict[str, list[str]]]:
         dump = self.dump()
         return {volume: {host: list(dump['hosts'][host]['wwpns'])
                          for host in maps}
                 for volume, maps in dump['maps'].items()}
 
-    def dump(self):
+    def dump(self) -> dict[str, Any]:
         """The whole masking state, for operators and tests."""
         with self._transaction('dump', write=False) as conn:
             hosts = {name: {'busy': busy, 'wwpns': []}
@@ -315,7 +322,7 @@ class SqliteArray(base.FCArray):
             for wwpn, host in conn.execute(
                     'SELECT wwpn, host FROM host_wwpns ORDER BY wwpn'):
                 hosts[host]['wwpns'].append(wwpn)
-            maps = {}
+            maps: dict[str, dict[str, int]] = {}
             for volume, host, lun in conn.execute(
                     'SELECT volume, host, lun FROM lun_maps'):
                 maps.setdefault(volume, {})[host] = lun
@@ -324,7 +331,7 @@ class SqliteArray(base.FCArray):
         return {'target_ports': ports, 'hosts': hosts, 'maps': maps}
 
 
-def _rollback(conn):
+def _rollback(conn: Optional[sqlite3.Connection]) -> None:
     if conn is not None and conn.in_transaction:
         try:
             conn.execute('ROLLBACK')
@@ -332,7 +339,7 @@ def _rollback(conn):
             LOG.debug('Rollback of an array transaction failed.')
 
 
-def from_config(configuration):
+def from_config(configuration: Any) -> SqliteArray:
     """The array a backend section configures."""
     return SqliteArray(configuration.forcedetach_fc_array_db,
                        timeout=configuration.forcedetach_fc_array_timeout,

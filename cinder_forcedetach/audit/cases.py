@@ -22,12 +22,17 @@ The cases and the force_detach spec's use cases (Cinder's
 :data:`CASES` and ``doc/audit.md``.
 """
 
+from __future__ import annotations
+
 import collections
 import dataclasses
 import datetime
-from typing import Optional
+from typing import Any, Iterable, Optional, Sequence, TYPE_CHECKING, TypeGuard
 
 from cinder_forcedetach import host_access
+
+if TYPE_CHECKING:
+    from cinder_forcedetach.audit import records
 
 Case = collections.namedtuple('Case', ['name', 'summary', 'usecase',
                                        'repair'])
@@ -127,7 +132,7 @@ class Finding(object):
     result: str = 'found'
 
     @property
-    def repair(self):
+    def repair(self) -> str:
         if self.action == NONE:
             return CASES[self.case].repair
         return {REVOKE: 'revoke host and fence',
@@ -137,7 +142,7 @@ class Finding(object):
                 LIFT_FENCE: 'lift fence',
                 RESUME: 'finish the force-detach'}[self.action]
 
-    def row(self):
+    def row(self) -> dict[str, Any]:
         return {'case': self.case, 'volume': self.volume_id,
                 'attachment': self.attachment_id,
                 'instance': self.instance_uuid, 'host': self.host,
@@ -175,13 +180,15 @@ class Nova(object):
     #: instance uuid -> vm_state of every instance Nova listed
     instances: dict = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.by_pair = {(b.instance_uuid, b.volume_id): b for b in self.bdms}
-        self.by_volume = collections.defaultdict(list)
+        self.by_volume: collections.defaultdict[
+            str, list[records.Bdm]] = collections.defaultdict(list)
         for bdm in self.bdms:
             self.by_volume[bdm.volume_id].append(bdm)
 
-    def bdm_of(self, attachment):
+    def bdm_of(self, attachment: records.Attachment
+               ) -> Optional[records.Bdm]:
         """The mapping of *attachment*'s instance and volume, if Nova has it.
 
         Nova's server listing names volumes, not attachment ids: a mapping
@@ -194,7 +201,9 @@ class Nova(object):
             return None
         return bdm
 
-    def bdm_has_attachment(self, bdm, attachments):
+    def bdm_has_attachment(self, bdm: records.Bdm,
+                           attachments: Iterable[records.Attachment]
+                           ) -> bool:
         return any(a.instance_uuid == bdm.instance_uuid and
                    bdm.attachment_id in (None, a.id) for a in attachments)
 
@@ -210,11 +219,13 @@ class Snapshot(object):
     now: Optional[datetime.datetime] = None
 
 
-def _active(bdm):
+def _active(bdm: Optional[records.Bdm]) -> TypeGuard[records.Bdm]:
     return bdm is not None and bdm.vm_state not in INACTIVE_VM_STATES
 
 
-def _recent(volume, attachments, now, grace):
+def _recent(volume: records.Volume,
+            attachments: Iterable[records.Attachment],
+            now: Optional[datetime.datetime], grace: float) -> bool:
     """Touched within the grace period: an operation may be under way."""
     if not grace or now is None:
         return False
@@ -223,14 +234,15 @@ def _recent(volume, attachments, now, grace):
     return any(s is not None and s > limit for s in stamps)
 
 
-def _describe(holders):
+def _describe(holders: Iterable[host_access.Holder]) -> str:
     return ', '.join('%s %s' % (h.kind, h.label) for h in holders)
 
 
 class _VolumeAudit(object):
     """The findings of one volume."""
 
-    def __init__(self, snapshot, volume, backend):
+    def __init__(self, snapshot: Snapshot, volume: records.Volume,
+                 backend: Backend) -> None:
         self.nova = snapshot.nova
         self.volume = volume
         self.backend = backend
@@ -238,15 +250,17 @@ class _VolumeAudit(object):
         self.holders = backend.holders.get(volume.id, [])
         self.keys = {a.id: host_access.connector_keys(a.connector)
                      for a in self.live}
-        self.findings = []
+        self.findings: list[Finding] = []
 
-    def add(self, case, **kwargs):
+    def add(self, case: str, **kwargs: Any) -> Finding:
         finding = Finding(case, self.volume.id, backend=self.backend.name,
                           **kwargs)
         self.findings.append(finding)
         return finding
 
-    def refuse_if_nova_holds(self, finding, attachments):
+    def refuse_if_nova_holds(self, finding: Finding,
+                             attachments: Iterable[records.Attachment]
+                             ) -> None:
         """Refuse a repair that ends an attachment an instance uses."""
         for att in attachments:
             if not att.instance_uuid:
@@ -264,7 +278,7 @@ class _VolumeAudit(object):
                                        att.id))
                 return
 
-    def run(self):
+    def run(self) -> list[Finding]:
         vol = self.volume
         if vol.deleted:
             if self.holders:
@@ -292,7 +306,8 @@ class _VolumeAudit(object):
                          host_access.holder_reaches(h, k) for k in attached)])
         return self.findings
 
-    def interrupted(self, connectors):
+    def interrupted(self, connectors: Sequence[Optional[dict[str, Any]]]
+                    ) -> list[Finding]:
         """One finding: finishing the force-detach repairs the rest."""
         everyone = any(c is None for c in connectors)
         leaving = [a for a in self.live if everyone or any(
@@ -307,7 +322,7 @@ class _VolumeAudit(object):
         self.refuse_if_nova_holds(finding, leaving)
         return self.findings
 
-    def reservation(self):
+    def reservation(self) -> bool:
         """Reserved, with a reserved attachment: the attachment's case.
 
         Normal for a shelved-offloaded instance.
@@ -315,7 +330,7 @@ class _VolumeAudit(object):
         return self.volume.status == 'reserved' and any(
             a.attach_status == 'reserved' for a in self.live)
 
-    def attachment(self, att):
+    def attachment(self, att: records.Attachment) -> None:
         nova = self.nova
         bdm = nova.bdm_of(att) if nova else None
         if att.attach_status == 'reserved' and not att.connector:
@@ -353,15 +368,19 @@ class _VolumeAudit(object):
                              att.attach_status)
                 self.refuse_if_nova_holds(finding, [att])
 
-    def leaked(self, holders, deleted=False):
+    def leaked(self, holders: Iterable[host_access.Holder],
+               deleted: bool = False) -> None:
         """One finding per host the backend lets in without a reason."""
-        by_host = collections.OrderedDict()
+        by_host: collections.OrderedDict[
+            frozenset[str], list[host_access.Holder]] = (
+                collections.OrderedDict())
         for holder in holders:
             by_host.setdefault(holder.keys, []).append(holder)
         for keys, group in by_host.items():
             connector = next((h.connector for h in group if h.connector),
                              None)
-            host = next((connector[k] for k in ('host', 'ip', 'initiator')
+            host = next(((connector or {})[k]
+                         for k in ('host', 'ip', 'initiator')
                          if (connector or {}).get(k)), group[0].label)
             everyone = host_access.ANY_HOST in keys
             if deleted or not self.live:
@@ -385,14 +404,17 @@ class _VolumeAudit(object):
                         unmatched[0].instance_uuid)
 
 
-def classify(snapshot, grace=0):
+def classify(snapshot: Snapshot, grace: float = 0
+             ) -> tuple[list[Finding], collections.Counter[str]]:
     """Every finding of *snapshot*, and the volumes not audited.
 
     Returns ``(findings, skipped)``: *skipped* maps a reason to a count
     (volume of a backend not read or unreachable, touched within *grace*
     seconds).
     """
-    findings, skipped, in_flux = [], collections.Counter(), set()
+    findings: list[Finding] = []
+    skipped: collections.Counter[str] = collections.Counter()
+    in_flux: set[str] = set()
     for volume in snapshot.volumes.values():
         backend = snapshot.backends.get(volume.backend)
         if backend is None:
@@ -414,7 +436,8 @@ def classify(snapshot, grace=0):
     return findings, skipped
 
 
-def _nova_findings(snapshot, in_flux):
+def _nova_findings(snapshot: Snapshot,
+                   in_flux: set[str]) -> list[Finding]:
     if snapshot.nova is None:
         return []
     nova, result = snapshot.nova, []
@@ -434,7 +457,7 @@ def _nova_findings(snapshot, in_flux):
     return result
 
 
-def _fence_findings(snapshot):
+def _fence_findings(snapshot: Snapshot) -> list[Finding]:
     result = []
     for backend in snapshot.backends.values():
         for fence in backend.fences:
@@ -447,7 +470,7 @@ def _fence_findings(snapshot):
     return result
 
 
-def _unknown_findings(snapshot):
+def _unknown_findings(snapshot: Snapshot) -> list[Finding]:
     """Holders of a name no Cinder volume, live or deleted, has."""
     result = []
     for backend in snapshot.backends.values():

@@ -19,10 +19,18 @@ A refused finding (an instance active on it, Nova not consulted, Nova's
 own to repair) is never touched; at most *limit* repairs run.
 """
 
+from __future__ import annotations
+
+from typing import (Any, cast, Collection, Iterable, Optional,
+                    TYPE_CHECKING)
+
 from oslo_log import log as logging
 
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.flows import force_detach as flow
+
+if TYPE_CHECKING:
+    from cinder import context as cinder_context
 
 LOG = logging.getLogger(__name__)
 
@@ -30,7 +38,8 @@ DEFAULT_LIMIT = 25
 REPAIRED = 'repaired'
 
 
-def _run(context, driver, finding):
+def _run(context: cinder_context.RequestContext, driver: Any,
+         finding: cases.Finding) -> None:
     from cinder import objects
 
     if finding.action == cases.LIFT_FENCE:
@@ -54,7 +63,10 @@ def _run(context, driver, finding):
         raise ValueError('no repair for %s' % finding.action)
 
 
-def fix(context, findings, drivers, limit=DEFAULT_LIMIT, only=None):
+def fix(context: cinder_context.RequestContext,
+        findings: Iterable[cases.Finding], drivers: dict[str, Any],
+        limit: int = DEFAULT_LIMIT,
+        only: Optional[Collection[str]] = None) -> int:
     """Repair *findings* in order; set each one's ``result``.
 
     :param drivers: backend (``host@backend``) -> its volume driver.
@@ -73,7 +85,8 @@ def fix(context, findings, drivers, limit=DEFAULT_LIMIT, only=None):
         else:
             ran += 1
             try:
-                _run(context, drivers[finding.backend], finding)
+                # Only a refused finding (Nova's) has no backend.
+                _run(context, drivers[cast(str, finding.backend)], finding)
             except Exception as err:
                 LOG.error('Repair of %(case)s on volume %(vol)s failed: '
                           '%(err)s', {'case': finding.case,

@@ -12,15 +12,21 @@
 
 """One audit pass: read every source, classify, repair with ``fix``."""
 
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 import gc
+from typing import Any, Callable, Collection, Iterator, Optional, TYPE_CHECKING
 
 from oslo_utils import timeutils
 
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.audit import repair
 from cinder_forcedetach.audit import sources
+
+if TYPE_CHECKING:
+    from cinder import context as cinder_context
 
 
 @dataclasses.dataclass
@@ -31,8 +37,8 @@ class Report(object):
     unreachable: list
     nova_read: bool
 
-    def summary(self, fix=False):
-        by_case = {}
+    def summary(self, fix: bool = False) -> dict[str, Any]:
+        by_case: dict[str, int] = {}
         for finding in self.findings:
             by_case[finding.case] = by_case.get(finding.case, 0) + 1
         result = {'found': len(self.findings), 'by case': by_case,
@@ -46,7 +52,7 @@ class Report(object):
 
 
 @contextlib.contextmanager
-def no_cycle_collection():
+def no_cycle_collection() -> Iterator[None]:
     """Leave the cycle collector off while a pass builds its records.
 
     A pass makes hundreds of thousands of records with no reference cycle
@@ -63,9 +69,13 @@ def no_cycle_collection():
             gc.enable()
 
 
-def run(context, drivers, name_template, backend_of, read_nova=None,
-        grace=0, fix=False, limit=repair.DEFAULT_LIMIT, only=None,
-        broken=None):
+def run(context: cinder_context.RequestContext, drivers: dict[str, Any],
+        name_template: str, backend_of: sources.BackendOf,
+        read_nova: Optional[Callable[[], cases.Nova]] = None,
+        grace: float = 0, fix: bool = False,
+        limit: int = repair.DEFAULT_LIMIT,
+        only: Optional[Collection[str]] = None,
+        broken: Optional[dict[str, str]] = None) -> Report:
     """Audit the backends of *drivers*; repair with *fix*.
 
     :param drivers: ``host@backend`` -> its volume driver.
@@ -80,8 +90,11 @@ def run(context, drivers, name_template, backend_of, read_nova=None,
                     grace, fix, limit, only, broken)
 
 
-def _run(context, drivers, name_template, backend_of, read_nova, grace, fix,
-         limit, only, broken):
+def _run(context: cinder_context.RequestContext, drivers: dict[str, Any],
+         name_template: str, backend_of: sources.BackendOf,
+         read_nova: Optional[Callable[[], cases.Nova]], grace: float,
+         fix: bool, limit: int, only: Optional[Collection[str]],
+         broken: Optional[dict[str, str]]) -> Report:
     cinder = sources.CinderDB(context, name_template, backend_of)
     volumes, attachments = cinder.read()
     backends = {name: cases.Backend(name, error=why)

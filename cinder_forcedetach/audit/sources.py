@@ -23,8 +23,11 @@
   with no call per server; or a JSON file (:func:`read_nova_file`).
 """
 
+from __future__ import annotations
+
 import json
 import re
+from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 
 from oslo_log import log as logging
 
@@ -32,6 +35,13 @@ from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.audit import records
 from cinder_forcedetach import host_access
+
+if TYPE_CHECKING:
+    from cinder import context as cinder_context
+    import sqlalchemy as sa
+
+    #: ``f(volume host, cluster_name)`` -> ``host@backend`` serving it.
+    BackendOf = Callable[[Optional[str], Optional[str]], Optional[str]]
 
 LOG = logging.getLogger(__name__)
 
@@ -42,12 +52,12 @@ class Unreachable(Exception):
     """A source could not be read (exit code 5)."""
 
 
-def _name_pattern(template):
+def _name_pattern(template: str) -> re.Pattern[str]:
     head, _sep, tail = template.partition('%s')
     return re.compile('^%s(.+)%s$' % (re.escape(head), re.escape(tail)))
 
 
-def _connector(text):
+def _connector(text: Optional[str]) -> Optional[dict[str, Any]]:
     if not text:
         return None
     try:
@@ -57,7 +67,8 @@ def _connector(text):
     return host_access.public_connector(value)
 
 
-def backend_resolver(cluster, audited):
+def backend_resolver(cluster: Optional[str],
+                     audited: Iterable[str]) -> BackendOf:
     """``f(volume host, cluster_name)`` -> ``host@backend`` serving it.
 
     *audited*: the ``host@backend`` names being audited.  In a cluster
@@ -68,7 +79,8 @@ def backend_resolver(cluster, audited):
 
     ours = {b.split('@', 1)[1]: b for b in audited if '@' in b}
 
-    def backend_of(host, cluster_name=None):
+    def backend_of(host: Optional[str],
+                   cluster_name: Optional[str] = None) -> Optional[str]:
         if not host:
             return None
         if cluster and cluster_name and '@' in cluster_name:
@@ -83,25 +95,29 @@ def backend_resolver(cluster, audited):
 class CinderDB(object):
     """Cinder's rows, through Cinder's engine (``[database] connection``)."""
 
-    def __init__(self, context, name_template, backend_of):
+    def __init__(self, context: cinder_context.RequestContext,
+                 name_template: str, backend_of: BackendOf) -> None:
         self.context = context
         self.name_pattern = _name_pattern(name_template)
         self.name_template = name_template
         self._backend_of = backend_of
-        self._backends = {}
+        self._backends: dict[tuple[Optional[str], Optional[str]],
+                             Optional[str]] = {}
 
-    def backend_of(self, host, cluster_name):
+    def backend_of(self, host: Optional[str],
+                   cluster_name: Optional[str]) -> Optional[str]:
         """The audited backend of a row (one answer per host and cluster)."""
         key = (host, cluster_name)
         if key not in self._backends:
             self._backends[key] = self._backend_of(host, cluster_name)
         return self._backends[key]
 
-    def _session(self):
+    def _session(self) -> Any:
         from cinder.db import api as db_api
         return db_api.main_context_manager.reader.using(self.context)
 
-    def read(self):
+    def read(self) -> tuple[dict[str, records.Volume],
+                            dict[str, list[records.Attachment]]]:
         """Live volumes by id, and live attachments by volume id."""
         import sqlalchemy as sa
 
@@ -120,7 +136,7 @@ class CinderDB(object):
                 for row in session.execute(self._volume_query(vt).where(
                         vt.c.deleted.is_(False))).all():
                     volumes[row.id] = self._volume(row, marked)
-                attachments = {}
+                attachments: dict[str, list[records.Attachment]] = {}
                 ended = fd_attachments.ENDED_ATTACH_STATUSES
                 for (aid, vid, status, instance, connector, host,
                      updated) in session.execute(sa.select(
@@ -143,14 +159,15 @@ class CinderDB(object):
         return volumes, attachments
 
     @staticmethod
-    def _volume_query(vt):
+    def _volume_query(vt: sa.Table) -> sa.Select[Any]:
         import sqlalchemy as sa
         return sa.select(vt.c.id, vt.c._name_id, vt.c.status,
                          vt.c.attach_status, vt.c.host, vt.c.cluster_name,
                          vt.c.updated_at,
                          vt.c.deleted)
 
-    def _volume(self, row, marked=None):
+    def _volume(self, row: Any,
+                marked: Optional[dict[str, str]] = None) -> records.Volume:
         (vid, name_id, status, attach_status, host, cluster, updated,
          deleted) = row
         record = marked.get(vid) if marked else None
@@ -161,12 +178,13 @@ class CinderDB(object):
             None if record is None else fd_attachments.parse_teardown(
                 record, ()))
 
-    def deleted(self, ids):
+    def deleted(self, ids: Iterable[str]) -> dict[str, records.Volume]:
         """Deleted volumes among *ids* (their name ids too), by id."""
         from cinder.db import models
 
         vt = models.Volume.__table__
-        ids, found = sorted(set(ids)), {}
+        ids = sorted(set(ids))
+        found: dict[str, records.Volume] = {}
         try:
             with self._session() as session:
                 for i in range(0, len(ids), CHUNK):
@@ -179,12 +197,12 @@ class CinderDB(object):
             raise Unreachable('Cinder\'s database: %s' % err) from err
         return found
 
-    def volume_id_of(self, name):
+    def volume_id_of(self, name: str) -> Optional[str]:
         match = self.name_pattern.match(name)
         return match.group(1) if match else None
 
 
-def read_backend(name, driver):
+def read_backend(name: str, driver: Any) -> cases.Backend:
     """A :class:`cases.Backend` from *driver*, or one naming its error."""
     backend = cases.Backend(name, grants=getattr(driver, 'audit_grants',
                                                  True))
@@ -208,14 +226,16 @@ def read_backend(name, driver):
     return backend
 
 
-def attach_holders(backend, cinder, volumes):
+def attach_holders(backend: cases.Backend, cinder: CinderDB,
+                   volumes: dict[str, records.Volume]) -> None:
     """Key *backend*'s holders by volume id; add deleted volumes they name.
 
     Holders of a name that matches no volume, live or deleted, are kept
     under ``name:<name>`` and reported by the audit as unknown.
     """
     by_name = {v.name: v.id for v in volumes.values()}
-    keyed, missing = {}, {}
+    keyed: dict[str, list[host_access.Holder]] = {}
+    missing: dict[str, list[host_access.Holder]] = {}
     for name, holders in backend.holders.items():
         if name in by_name:
             keyed[by_name[name]] = holders
@@ -248,7 +268,8 @@ NOVA_API_VERSION = '2.89'
 _VOLUMES = 'os-extended-volumes:volumes_attached'
 
 
-def read_nova_api(context, timeout=60):
+def read_nova_api(context: cinder_context.RequestContext,
+                  timeout: float = 60) -> cases.Nova:
     """Nova's mappings from its server listing (every project, paged).
 
     Cinder's ``[nova]`` options give the endpoint and the service
@@ -266,7 +287,8 @@ def read_nova_api(context, timeout=60):
                                       limit=-1)
     except Exception as err:
         raise Unreachable('Nova: %s' % err) from err
-    instances, bdms = {}, []
+    instances: dict[str, str] = {}
+    bdms: list[records.Bdm] = []
     for server in servers:
         info = server.to_dict()
         state = info.get('OS-EXT-STS:vm_state') or 'unknown'
@@ -277,7 +299,7 @@ def read_nova_api(context, timeout=60):
     return cases.Nova(bdms, instances)
 
 
-def read_nova_file(path):
+def read_nova_file(path: str) -> cases.Nova:
     """Nova's mappings from a JSON file.
 
     ``{"instances": {uuid: vm_state}, "bdms": [{"instance_uuid",

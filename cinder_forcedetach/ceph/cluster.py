@@ -15,6 +15,7 @@
 import collections
 import contextlib
 import json
+from typing import Any, Iterator
 
 from cinder import exception
 from cinder.i18n import _
@@ -38,7 +39,7 @@ Access = collections.namedtuple('Access', 'name conf user keyring timeout')
 
 
 @contextlib.contextmanager
-def connect(access, pool):
+def connect(access: Access, pool: str) -> Iterator[tuple[Any, Any]]:
     """``(client, ioctx)`` of a fresh connection to *pool*.
 
     A fresh connection reads the Ceph configuration again, so it follows
@@ -79,7 +80,7 @@ def connect(access, pool):
         client.shutdown()
 
 
-def parse_json_prefix(text):
+def parse_json_prefix(text: str | bytes) -> Any:
     """The first JSON document of *text*.
 
     ``osd blocklist ls`` on Pacific prints the address list followed by
@@ -93,7 +94,7 @@ def parse_json_prefix(text):
     return value
 
 
-def mon_json(client, command):
+def mon_json(client: Any, command: dict[str, Any]) -> Any:
     """Run a mon command returning JSON; raise on failure."""
     command = dict(command, format='json')
     ret, out, err = client.mon_command(json.dumps(command), b'')

@@ -13,9 +13,11 @@
 """The environment of the Ceph clients we start (standard library only)."""
 
 import os
+from typing import Mapping, Optional
 
 
-def clean_environ(environ=None):
+def clean_environ(environ: Optional[Mapping[str, str]] = None
+                  ) -> dict[str, str]:
     """*environ* (default: ours) without any ``CEPH_*`` variable.
 
     Ceph reads CEPH_CONF, CEPH_KEYRING, CEPH_ARGS...: a shell that ran

@@ -55,6 +55,8 @@ listed after the address list).  Beware ``osd blocklist add
 and cuts nothing.
 """
 
+from __future__ import annotations
+
 import collections
 import contextlib
 import datetime
@@ -63,6 +65,9 @@ import json
 import socket
 import threading
 import time
+import types
+from typing import (Any, Callable, Collection, Iterable, Iterator, List,
+                    Mapping, Optional, Sequence, TYPE_CHECKING, TypeVar)
 
 import eventlet
 
@@ -73,6 +78,18 @@ from oslo_utils import timeutils
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.ceph import cluster
+
+if TYPE_CHECKING:
+    from cinder import objects
+
+    #: A host's connector.
+    Connector = dict[str, Any]
+    #: A name resolver: host name -> its IP addresses.
+    Resolve = Callable[[str], Iterable[str]]
+    #: ``[(kind, client address)]``: who holds an image.
+    Holders = list[tuple[str, str]]
+
+_T = TypeVar('_T')
 
 rados = cluster.rados
 rbd = cluster.rbd
@@ -90,7 +107,7 @@ class FenceFailed(exception.VolumeBackendAPIException):
 # -- client addresses (pure, unit tested without Ceph) -----------------------
 
 
-def normalize_addr(addr):
+def normalize_addr(addr: Optional[str]) -> str:
     """A client address as the blocklist takes it: ``IP:PORT/NONCE``."""
     addr = (addr or '').strip()
     if addr.startswith('[') and addr.endswith(']') and ',' not in addr:
@@ -101,7 +118,7 @@ def normalize_addr(addr):
     return addr
 
 
-def addr_ip(addr):
+def addr_ip(addr: Optional[str]) -> str:
     """The IP of a client address (``1.2.3.4:0/99``, ``[::1]:0/5``)."""
     host = normalize_addr(addr).split('/', 1)[0]
     if host.startswith('['):
@@ -114,14 +131,15 @@ def addr_ip(addr):
         return host
 
 
-def _ip_literal(value):
+def _ip_literal(value: Any) -> Optional[str]:
     try:
         return str(ipaddress.ip_address(str(value).strip('[]')))
     except ValueError:
         return None
 
 
-def connector_ips(connector, resolve=None):
+def connector_ips(connector: Optional[Connector],
+                  resolve: Optional[Resolve] = None) -> set[str]:
     """The IPs of a host's connector: its clients may use any of them.
 
     Its ``ip``, its ``host`` if an IP literal, and otherwise every address
@@ -140,7 +158,7 @@ def connector_ips(connector, resolve=None):
     return ips
 
 
-def _resolve(name):
+def _resolve(name: str) -> list[str]:
     try:
         infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError):
@@ -157,14 +175,19 @@ UNEXPLAINED = ('its IP is neither a detached host\'s nor one of an '
 class UnexplainedClients(Exception):
     """Holders no attachment explains: ``clients`` is ``[(addr, why)]``."""
 
-    def __init__(self, clients):
+    def __init__(self, clients: list[tuple[str, str]]) -> None:
         super(UnexplainedClients, self).__init__(
             '; '.join('%s: %s' % c for c in clients))
         self.clients = clients
 
 
-def select_fence_targets(holders, own_addrs, connectors, keep_connectors,
-                         resolve=None):
+def select_fence_targets(holders: Iterable[str],
+                         own_addrs: Optional[Iterable[str]],
+                         connectors: Collection[Optional[Connector]],
+                         keep_connectors: Optional[
+                             Iterable[Optional[Connector]]],
+                         resolve: Optional[Resolve] = None
+                         ) -> tuple[list[str], list[tuple[str, str]]]:
     """Which client addresses to fence.
 
     :param holders: client addresses holding the image (watchers, lock
@@ -215,9 +238,9 @@ def select_fence_targets(holders, own_addrs, connectors, keep_connectors,
     return sorted(targets), spared
 
 
-def _unexplained(err, holders):
+def _unexplained(err: UnexplainedClients, holders: Holders) -> str:
     """The operator's error for :class:`UnexplainedClients`."""
-    kinds = {}
+    kinds: dict[str, set[str]] = {}
     for kind, addr in holders:
         kinds.setdefault(normalize_addr(addr), set()).add(kind)
     clients = '; '.join(
@@ -238,7 +261,8 @@ KEPT_ELSEWHERE = ('it also holds volume %s for an attachment that stays: '
                   'blocklisting it would cut that one too')
 
 
-def holders_from(watchers, lockers):
+def holders_from(watchers: Optional[Iterable[dict[str, Any]]],
+                 lockers: Any) -> Holders:
     """``[(kind, addr)]`` from what one read-only image handle shows.
 
     *watchers*: ``Image.watchers_list()``; *lockers*: ``Image.list_lockers()``
@@ -256,18 +280,18 @@ def holders_from(watchers, lockers):
     return holders
 
 
-def ip_entry(ip):
+def ip_entry(ip: str) -> str:
     """The blocklist entry that cuts every client at *ip*: ``IP:0/0``.
 
     What ``osd blocklist add IP`` stores; the OSDs match a client against
     it by IP whatever its port and nonce.
     """
-    ip = ipaddress.ip_address(ip)
-    host = '[%s]' % ip if ip.version == 6 else str(ip)
+    address = ipaddress.ip_address(ip)
+    host = '[%s]' % address if address.version == 6 else str(address)
     return '%s:0/0' % host
 
 
-def _ip_entry_of(addr):
+def _ip_entry_of(addr: str) -> Optional[str]:
     """The IP-wide entry that would cover client *addr* (or None)."""
     try:
         return ip_entry(addr_ip(addr))
@@ -275,25 +299,33 @@ def _ip_entry_of(addr):
         return None
 
 
-def _entry(record):
+def _entry(record: dict[str, Any]) -> str:
     """The blocklist entry a fence record was made with."""
     return record.get('entry') or record['addr']
 
 
-def memoized(resolve=None):
+def memoized(resolve: Optional[Resolve] = None
+             ) -> Callable[[str], list[str]]:
     """*resolve* (default: the system resolver), asked once per name."""
     resolve = resolve or _resolve
     cache = {}
 
-    def cached(name):
+    def cached(name: str) -> list[str]:
         if name not in cache:
             cache[name] = list(resolve(name))
         return cache[name]
     return cached
 
 
-def select_host_targets(holders, own_addrs, connector, keep_connectors,
-                        resolve=None):
+def select_host_targets(holders: dict[str, list[str]],
+                        own_addrs: Optional[Collection[str]],
+                        connector: Optional[Connector],
+                        keep_connectors: Mapping[
+                            str, Iterable[Optional[Connector]]],
+                        resolve: Optional[Resolve] = None
+                        ) -> tuple[dict[str, list[str]],
+                                   dict[str, list[tuple[str, str]]],
+                                   dict[str, list[tuple[str, str]]]]:
     """Which clients a host fence cuts, volume by volume.
 
     :param holders: ``{volume_id: [addr]}``: who holds each image.
@@ -311,7 +343,10 @@ def select_host_targets(holders, own_addrs, connector, keep_connectors,
         fails the first volume: blocklisting it would cut the other.
     """
     resolve = memoized(resolve)
-    targets, failed, spared, kept_by = {}, {}, {}, {}
+    targets: dict[str, list[str]] = {}
+    failed: dict[str, list[tuple[str, str]]] = {}
+    spared: dict[str, list[tuple[str, str]]] = {}
+    kept_by: dict[str, str] = {}
     for volume_id, addrs in holders.items():
         try:
             chosen, left = select_fence_targets(
@@ -335,8 +370,11 @@ def select_host_targets(holders, own_addrs, connector, keep_connectors,
     return targets, failed, spared
 
 
-def blocklist_entries(targets, host_ips=(), ip_wide=False, keep_ips=(),
-                      own_addrs=()):
+def blocklist_entries(targets: dict[str, list[str]],
+                      host_ips: Iterable[str] = (), ip_wide: bool = False,
+                      keep_ips: Iterable[str] = (),
+                      own_addrs: Optional[Iterable[str]] = ()
+                      ) -> dict[str, str]:
     """``{addr: entry}``: the blocklist entry that fences each target.
 
     The address itself (that client instance), or with *ip_wide* the
@@ -356,7 +394,7 @@ def blocklist_entries(targets, host_ips=(), ip_wide=False, keep_ips=(),
     return entries
 
 
-def native_threading():
+def native_threading() -> types.ModuleType:
     """The threading module whose threads are the kernel's.
 
     cinder-volume runs under eventlet, whose patched threads are green:
@@ -368,7 +406,8 @@ def native_threading():
     return threading
 
 
-def in_threads(func, items, workers):
+def in_threads(func: Callable[[_T], Any], items: Iterable[_T], workers: int
+               ) -> list[tuple[Any, Optional[Exception]]]:
     """``[(result, error)]`` of ``func(item)`` for each item, in order.
 
     Up to *workers* native threads (:func:`native_threading`).  *func*
@@ -376,9 +415,10 @@ def in_threads(func, items, workers):
     librados and librbd.
     """
     items = list(items)
-    results = [None] * len(items)
+    # Every slot is filled before it is returned.
+    results: list[Any] = [None] * len(items)
 
-    def one(i):
+    def one(i: int) -> None:
         try:
             results[i] = (func(items[i]), None)
         except Exception as err:
@@ -392,7 +432,7 @@ def in_threads(func, items, workers):
     lock = threading_.Lock()
     indexes = iter(range(len(items)))
 
-    def work():
+    def work() -> None:
         while True:
             with lock:
                 i = next(indexes, None)
@@ -419,7 +459,7 @@ HostFence = collections.namedtuple('HostFence', 'fenced failed entries')
 # -- the cluster side ---------------------------------------------------------
 
 
-def _read_image(ioctx, name):
+def _read_image(ioctx: Any, name: str) -> Optional[tuple[Holders, Any]]:
     """``([(kind, addr)], lockers)`` of image *name*, or None if it is gone.
 
     Called in a native thread (:func:`in_threads`): librbd only.
@@ -433,7 +473,8 @@ def _read_image(ioctx, name):
         return holders_from(image.watchers_list(), lockers), lockers
 
 
-def _release_image(ioctx, name, is_target):
+def _release_image(ioctx: Any, name: str,
+                   is_target: Callable[[str], bool]) -> list[str]:
     """Break the locks targets hold on *name*; what targets still hold.
 
     A fresh read-only handle (a handle caches its lockers; a read-only one
@@ -482,14 +523,15 @@ class Fencing(object):
     IMAGE_WORKERS = 16
     MON_WORKERS = 128
 
-    def __init__(self, access, pool, expire_seconds, verify_timeout):
+    def __init__(self, access: cluster.Access, pool: str,
+                 expire_seconds: int, verify_timeout: float) -> None:
         self.access = access
         self.pool = pool
         self.expire_seconds = expire_seconds
         self.verify_timeout = verify_timeout
 
     @contextlib.contextmanager
-    def _connect(self):
+    def _connect(self) -> Iterator[tuple[Any, Any]]:
         """``(client, ioctx)`` of a connection whose lock breaks are plain.
 
         librbd blocklists a lock's owner before it breaks the lock
@@ -503,7 +545,9 @@ class Fencing(object):
             client.conf_set('rbd_blocklist_on_break_lock', 'false')
             yield client, ioctx
 
-    def fence(self, volume, connectors, keep_attachments):
+    def fence(self, volume: objects.Volume,
+              connectors: Optional[Iterable[Optional[Connector]]],
+              keep_attachments: Optional[Iterable[Any]]) -> list[str]:
         """Blocklist the clients of *connectors* that hold *volume*'s image.
 
         :returns: the fenced client addresses.
@@ -553,7 +597,7 @@ class Fencing(object):
         return targets
 
     @staticmethod
-    def _lockers(ioctx, name):
+    def _lockers(ioctx: Any, name: str) -> list[tuple[str, str, str]]:
         """``[(client, cookie, addr)]`` read from the image header now.
 
         A fresh read-only handle: the handle that broke a lock keeps
@@ -562,7 +606,7 @@ class Fencing(object):
         with rbd.Image(ioctx, name, read_only=True) as fresh:
             return list((fresh.list_lockers() or {}).get('lockers', []))
 
-    def _holders(self, ioctx, image, name):
+    def _holders(self, ioctx: Any, image: Any, name: str) -> Holders:
         """``[(kind, addr)]`` of clients that watch or lock the image."""
         holders = [('watcher', w['addr']) for w in image.watchers_list()]
         try:
@@ -574,7 +618,8 @@ class Fencing(object):
                     for _c, _cookie, addr in self._lockers(ioctx, name)]
         return holders
 
-    def _blocklist_add(self, client, volume, addr):
+    def _blocklist_add(self, client: Any, volume: objects.Volume,
+                       addr: str) -> None:
         cmd = {'prefix': 'osd blocklist', 'blocklistop': 'add',
                'addr': addr, 'expire': float(self.expire_seconds)}
         ret, _out, err = client.mon_command(json.dumps(cmd), b'')
@@ -584,7 +629,8 @@ class Fencing(object):
                     'addr': addr, 'ret': ret, 'err': err})
         LOG.info('Volume %(vol)s: %(msg)s', {'vol': volume.id, 'msg': err})
 
-    def _break_locks(self, ioctx, image, targets):
+    def _break_locks(self, ioctx: Any, image: Any,
+                     targets: Iterable[str]) -> None:
         targets = set(targets)
         try:
             owners = list(image.lock_get_owners())
@@ -604,7 +650,8 @@ class Fencing(object):
                 except rbd.ImageNotFound:
                     pass
 
-    def _wait_released(self, ioctx, image, volume, targets):
+    def _wait_released(self, ioctx: Any, image: Any, volume: objects.Volume,
+                       targets: Iterable[str]) -> None:
         deadline = time.monotonic() + self.verify_timeout
         targets = set(targets)
         while True:
@@ -622,7 +669,10 @@ class Fencing(object):
 
     # -- a host fence ------------------------------------------------------
 
-    def fence_host(self, volumes, connector, keep_by_volume, ip_wide=False):
+    def fence_host(self, volumes: Iterable[objects.Volume],
+                   connector: Connector,
+                   keep_by_volume: dict[str, Iterable[Any]],
+                   ip_wide: bool = False) -> HostFence:
         """Fence the clients one host has on many volumes, all at once.
 
         The rules of :meth:`fence`, volume by volume, with the cluster work
@@ -656,7 +706,9 @@ class Fencing(object):
                        for a in keep_by_volume.get(v.id) or ()]
                 for v in volumes}
         resolve = memoized()
-        fenced, failed, entries = {}, {}, {}
+        fenced: dict[str, list[str]] = {}
+        failed: dict[str, FenceFailed] = {}
+        entries: dict[str, str] = {}
         times = [time.monotonic()]
         with self._connect() as (client, ioctx):
             own = client.get_addrs()
@@ -729,7 +781,10 @@ class Fencing(object):
                                 times, times[1:]))})
         return HostFence(fenced, failed, entries)
 
-    def _read_holders(self, ioctx, volumes, fenced, failed):
+    def _read_holders(self, ioctx: Any, volumes: Sequence[objects.Volume],
+                      fenced: dict[str, list[str]],
+                      failed: dict[str, FenceFailed]
+                      ) -> dict[str, Holders]:
         """``{volume_id: [(kind, addr)]}`` of every image, read in parallel.
 
         A volume without an image goes into *fenced* (nothing to fence),
@@ -751,7 +806,7 @@ class Fencing(object):
         return holders
 
     @staticmethod
-    def _log_spared(spared):
+    def _log_spared(spared: dict[str, list[tuple[str, str]]]) -> None:
         for vid, left in sorted(spared.items()):
             for addr, why in left:
                 if why != 'this driver':
@@ -759,7 +814,8 @@ class Fencing(object):
                              '(%(why)s).', {'vol': vid, 'addr': addr,
                                             'why': why})
 
-    def _blocklist_all(self, client, entries):
+    def _blocklist_all(self, client: Any,
+                       entries: Iterable[str]) -> dict[str, str]:
         """Add every blocklist entry, all in flight; ``{entry: error}``.
 
         The monitor batches the commands it receives together into one OSD
@@ -768,7 +824,7 @@ class Fencing(object):
         entries = sorted(entries)
         expire = float(self.expire_seconds)
 
-        def add(entry):
+        def add(entry: str) -> Any:
             return client.mon_command(json.dumps({
                 'prefix': 'osd blocklist', 'blocklistop': 'add',
                 'addr': entry, 'expire': expire}), b'')
@@ -785,7 +841,10 @@ class Fencing(object):
                 LOG.info('%s', status)
         return refused
 
-    def _wait_all_released(self, ioctx, pending, wide_ips=()):
+    def _wait_all_released(self, ioctx: Any,
+                           pending: dict[str, tuple[str, set[str]]],
+                           wide_ips: Iterable[str] = ()
+                           ) -> tuple[dict[str, list[str]], int]:
         """Break the targets' locks; wait until no image is held by one.
 
         *pending*: ``{volume_id: (image name, target addrs)}``; a holder at
@@ -798,7 +857,7 @@ class Fencing(object):
         deadline = time.monotonic() + self.verify_timeout
         wide_ips = set(wide_ips)
 
-        def check(item):
+        def check(item: tuple[str, set[str]]) -> list[str]:
             name, targets = item
             return _release_image(ioctx, name, lambda addr: (
                 addr in targets or addr_ip(addr) in wide_ips))
@@ -822,12 +881,18 @@ class Fencing(object):
 
     # -- records -----------------------------------------------------------
 
-    def _record(self, ioctx, volume, targets, connectors):
+    def _record(self, ioctx: Any, volume: objects.Volume,
+                targets: Iterable[str],
+                connectors: Iterable[Optional[Connector]]) -> None:
         self._write_records(ioctx, self._record_items(
             volume, targets, connectors, timeutils.utcnow()))
 
-    def _record_items(self, volume, targets, connectors, now, entries=None,
-                      resolve=None):
+    def _record_items(self, volume: objects.Volume, targets: Iterable[str],
+                      connectors: Iterable[Optional[Connector]],
+                      now: datetime.datetime,
+                      entries: Optional[dict[str, str]] = None,
+                      resolve: Optional[Resolve] = None
+                      ) -> list[tuple[str, bytes]]:
         """``[(key, value)]`` of the fence records of *volume*'s *targets*.
 
         *entries*: ``{addr: blocklist entry}`` where the entry is not the
@@ -855,7 +920,8 @@ class Fencing(object):
         return items
 
     @staticmethod
-    def _write_records(ioctx, items):
+    def _write_records(ioctx: Any,
+                       items: Sequence[tuple[str, bytes]]) -> None:
         """One omap write of every ``(key, value)`` in *items*."""
         if not items:
             return
@@ -864,7 +930,7 @@ class Fencing(object):
             ioctx.set_omap(op, tuple(keys), tuple(values))
             ioctx.operate_write_op(op, FENCES_OBJECT)
 
-    def holders(self):
+    def holders(self) -> dict[str, Holders]:
         """``{image: [(kind, addr)]}`` of the pool's images live clients hold.
 
         Every image's watchers, lock owners and lockers, in one connection;
@@ -880,25 +946,27 @@ class Fencing(object):
                     result[name] = live
         return result
 
-    def image_holders(self, name):
+    def image_holders(self, name: str) -> Holders:
         """``[(kind, addr)]`` of the live clients holding image *name*."""
         with cluster.connect(self.access, self.pool) as (client, ioctx):
             return self._live_holders(ioctx, name, self._ignored(client))
 
     @staticmethod
-    def _ignored(client):
+    def _ignored(client: Any) -> set[str]:
         """This driver's own client and every blocklisted one."""
         return {normalize_addr(client.get_addrs())} | {
             normalize_addr(e['addr']) for e in cluster.mon_json(
                 client, {'prefix': 'osd blocklist ls'})}
 
-    def _live_holders(self, ioctx, name, ignored):
+    def _live_holders(self, ioctx: Any, name: str,
+                      ignored: set[str]) -> Holders:
         try:
             with rbd.Image(ioctx, name, read_only=True) as image:
                 holders = self._holders(ioctx, image, name)
         except rbd.ImageNotFound:
             return []               # deleted while we listed
-        live, seen = [], set()
+        live: Holders = []
+        seen: set[str] = set()
         for kind, raw in holders:
             addr = normalize_addr(raw)
             if addr and addr not in ignored | seen and _ip_entry_of(
@@ -908,8 +976,10 @@ class Fencing(object):
         return live
 
     @staticmethod
-    def _read_records(ioctx, prefix=''):
-        records, after = {}, ''
+    def _read_records(ioctx: Any, prefix: str = ''
+                      ) -> dict[str, dict[str, Any]]:
+        records: dict[str, dict[str, Any]] = {}
+        after = ''
         while True:
             try:
                 with rados.ReadOpCtx() as op:
@@ -927,7 +997,8 @@ class Fencing(object):
                 return records
             after = batch[-1][0]
 
-    def list(self, volume_id=None):
+    def list(self, volume_id: Optional[str] = None
+             ) -> list[dict[str, Any]]:
         """Recorded fences (of *volume_id*, or all), with ``active`` flags."""
         prefix = '%s/' % volume_id if volume_id is not None else ''
         with cluster.connect(self.access, self.pool) as (client, ioctx):
@@ -938,7 +1009,9 @@ class Fencing(object):
                      until=blocklist.get(_entry(rec)))
                 for _key, rec in sorted(records.items())]
 
-    def lift(self, volume_id=None, addr=None):
+    # List: "list" is the method above in this class's scope.
+    def lift(self, volume_id: Optional[str] = None,
+             addr: Optional[str] = None) -> List[str]:
         """Lift the fences of a volume, or of one client address.
 
         Removes the blocklist entries and their records; returns the lifted

@@ -19,10 +19,14 @@ credentials stay in files (``qemu_rbd_spec`` names the keyring file,
 never a key).
 """
 
+from __future__ import annotations
+
 import collections
+import contextlib
 import errno
 import functools
 import os
+from typing import Any, Callable, Optional, TYPE_CHECKING
 import urllib.parse
 
 from cinder import exception
@@ -32,6 +36,10 @@ from oslo_utils import units
 
 from cinder_forcedetach.ceph import cluster
 from cinder_forcedetach import image_gates
+
+if TYPE_CHECKING:
+    from cinder import context as cinder_context
+    from cinder import objects
 
 rados = cluster.rados
 rbd = cluster.rbd
@@ -43,7 +51,8 @@ REIMAGE_OLD_SUFFIX = '.reimage-old'
 RBD_URL_PREFIX = 'rbd://'
 
 
-def parse_rbd_location(url):
+def parse_rbd_location(url: Optional[str]
+                       ) -> Optional[tuple[str, ...]]:
     """``(fsid, pool, image, snapshot)`` of ``rbd://fsid/pool/image/snap``.
 
     Returns None for anything else (other schemes, blank parts, no
@@ -58,10 +67,11 @@ def parse_rbd_location(url):
     return tuple(parts)
 
 
-def qemu_rbd_spec(pool, image, user=None, conf=None, keyring=None,
-                  snapshot=None):
+def qemu_rbd_spec(pool: str, image: str, user: Optional[str] = None,
+                  conf: Optional[str] = None, keyring: Optional[str] = None,
+                  snapshot: Optional[str] = None) -> str:
     """A qemu ``rbd:`` file name; credentials only as file paths."""
-    def esc(value):
+    def esc(value: str) -> str:
         return (str(value).replace('\\', '\\\\').replace(':', '\\:')
                 .replace('@', '\\@'))
     spec = 'rbd:%s/%s' % (esc(pool), esc(image))
@@ -93,16 +103,20 @@ class ImageFile(object):
     raises a failure nobody was told of yet.  Reads wait for the writes.
     """
 
-    def __init__(self, connection, image, depth=WRITE_DEPTH):
+    def __init__(self, connection: contextlib.AbstractContextManager[Any],
+                 image: Any, depth: int = WRITE_DEPTH) -> None:
         self._connection = connection
         self._image = image
         self._pos = 0
         self._depth = max(1, depth)
-        self._in_flight = collections.deque()   # (completion, data, offset)
-        self._failure = None                    # (offset, length, ret)
+        # (completion, data, offset)
+        self._in_flight: collections.deque[tuple[Any, bytes, int]] = (
+            collections.deque())
+        # (offset, length, ret)
+        self._failure: Optional[tuple[int, int, int]] = None
         self._reported = False
 
-    def write(self, data):
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         self._raise_failure()
         if not data:
             return 0
@@ -119,18 +133,18 @@ class ImageFile(object):
         self._pos += length
         return length
 
-    def _completed(self, offset, length, completion):
+    def _completed(self, offset: int, length: int, completion: Any) -> None:
         """librbd's completion callback: records a failure, never raises.
 
         Runs in a librbd thread: no lock, no eventlet primitive.
         """
         self._fail(offset, length, completion.get_return_value())
 
-    def _fail(self, offset, length, ret):
+    def _fail(self, offset: int, length: int, ret: int) -> None:
         if ret < 0 and self._failure is None:
             self._failure = (offset, length, ret)
 
-    def _reap(self):
+    def _reap(self) -> None:
         """Wait for the oldest write in flight; record its failure."""
         completion, data, offset = self._in_flight.popleft()
         try:
@@ -140,11 +154,11 @@ class ImageFile(object):
             self._fail(offset, len(data), -errno.EIO)
         self._fail(offset, len(data), completion.get_return_value())
 
-    def _wait_all(self):
+    def _wait_all(self) -> None:
         while self._in_flight:
             self._reap()
 
-    def _raise_failure(self):
+    def _raise_failure(self) -> None:
         if self._failure is None:
             return
         offset, length, ret = self._failure
@@ -154,7 +168,7 @@ class ImageFile(object):
                                   'len': length, 'off': offset,
                                   'err': os.strerror(-ret)})
 
-    def read(self, length=-1):
+    def read(self, length: Optional[int] = -1) -> bytes:
         self._wait_all()
         self._raise_failure()
         size = self._image.size()
@@ -167,7 +181,7 @@ class ImageFile(object):
         self._pos += len(data)
         return data
 
-    def seek(self, offset, whence=os.SEEK_SET):
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         if whence == os.SEEK_SET:
             self._pos = offset
         elif whence == os.SEEK_CUR:
@@ -178,18 +192,18 @@ class ImageFile(object):
             raise ValueError(_('invalid whence %s') % whence)
         return self._pos
 
-    def tell(self):
+    def tell(self) -> int:
         return self._pos
 
-    def flush(self):
+    def flush(self) -> None:
         self._wait_all()
         self._raise_failure()
         self._image.flush()
 
-    def fileno(self):
+    def fileno(self) -> int:
         raise IOError(_('an RBD image has no file descriptor'))
 
-    def close(self):
+    def close(self) -> None:
         if self._image is None:
             return
         try:
@@ -205,13 +219,13 @@ class ImageFile(object):
         if not self._reported:
             self._raise_failure()
 
-    def __enter__(self):
+    def __enter__(self) -> ImageFile:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         # Callers such as upstream's copy_volume_to_image drop the handle
         # without closing it.  The image must be closed before its
         # connection shuts down: librbd hangs closing an image whose
@@ -223,11 +237,11 @@ class ImageFile(object):
             LOG.exception('RBD image file dropped unclosed.')
 
 
-def _ignore(completion):
+def _ignore(completion: Any) -> None:
     """A completion callback: the completion is checked when reaped."""
 
 
-def _reaped(completion, offset):
+def _reaped(completion: Any, offset: int) -> Optional[tuple[int, int]]:
     """Wait for *completion*: None, or ``(offset, ret)`` if it failed."""
     completion.wait_for_complete_and_cb()
     ret = completion.get_return_value()
@@ -241,27 +255,31 @@ class Images(object):
     :param execute: Cinder's ``execute`` (for qemu-img).
     """
 
-    def __init__(self, access, pool, execute):
+    def __init__(self, access: cluster.Access, pool: str,
+                 execute: Callable[..., Any]) -> None:
         self.access = access
         self.pool = pool
         self.execute = execute
-        self._fsid = None
+        self._fsid: Optional[str] = None
 
-    def connect(self, pool=None):
+    def connect(self, pool: Optional[str] = None
+                ) -> contextlib.AbstractContextManager[tuple[Any, Any]]:
         return cluster.connect(self.access, pool or self.pool)
 
-    def fsid(self):
+    def fsid(self) -> Optional[str]:
         if not self._fsid:
             with self.connect() as (client, _ioctx):
                 self._fsid = client.get_fsid()
         return self._fsid
 
-    def qemu_spec(self, name, pool=None, snapshot=None):
+    def qemu_spec(self, name: str, pool: Optional[str] = None,
+                  snapshot: Optional[str] = None) -> str:
         return qemu_rbd_spec(pool or self.pool, name, user=self.access.user,
                              conf=self.access.conf or None,
                              keyring=self.access.keyring, snapshot=snapshot)
 
-    def open_file(self, name, read_only=False, depth=WRITE_DEPTH):
+    def open_file(self, name: str, read_only: bool = False,
+                  depth: int = WRITE_DEPTH) -> ImageFile:
         """An :class:`ImageFile` on image *name* (closing it disconnects).
 
         *depth*: librbd writes kept in flight (see :class:`ImageFile`).
@@ -275,7 +293,9 @@ class Images(object):
             raise
         return ImageFile(connection, image, depth=depth)
 
-    def same_cluster_location(self, context, image_service, image_id):
+    def same_cluster_location(self, context: cinder_context.RequestContext,
+                              image_service: Any, image_id: str
+                              ) -> Optional[tuple[str, ...]]:
         """``(pool, image, snap)`` of an image's ``rbd://`` location here."""
         try:
             direct_url, locations = image_service.get_location(context,
@@ -291,7 +311,7 @@ class Images(object):
             LOG.debug('%s is in another Ceph cluster.', url)
         return None
 
-    def read_head(self, location):
+    def read_head(self, location: tuple[str, ...]) -> bytes:
         """The first bytes of a same-cluster image, for the inspector."""
         pool, name, snap = location
         with self.connect(pool) as (_client, ioctx):
@@ -299,7 +319,7 @@ class Images(object):
                            read_only=True) as image:
                 return image.read(0, min(image_gates.HEAD_BYTES, image.size()))
 
-    def discard_all(self, name):
+    def discard_all(self, name: str) -> None:
         """Deallocate every object of image *name*: it then reads zeros.
 
         What a reimage must not leave behind is old data in the image's
@@ -312,7 +332,8 @@ class Images(object):
                 size = image.size()
                 # librbd returns the length discarded as an int: at most
                 # 2 GiB per call; WRITE_DEPTH calls in flight.
-                in_flight = collections.deque()
+                in_flight: collections.deque[tuple[Any, int]] = (
+                    collections.deque())
                 failed = []
                 for offset in range(0, size, units.Gi):
                     if len(in_flight) >= WRITE_DEPTH:
@@ -322,15 +343,16 @@ class Images(object):
                         offset, length, _ignore), offset))
                 while in_flight:
                     failed.append(_reaped(*in_flight.popleft()))
-                failed = [f for f in failed if f]
-                if failed:
-                    offset, ret = failed[0]
+                errors = [f for f in failed if f]
+                if errors:
+                    offset, ret = errors[0]
                     raise IOError(-ret, _('RBD discard at offset %(off)d '
                                           'of %(name)s failed: %(err)s') % {
                                               'off': offset, 'name': name,
                                               'err': os.strerror(-ret)})
 
-    def clone_into(self, location, name, size_gb, features):
+    def clone_into(self, location: tuple[str, ...], name: str, size_gb: int,
+                   features: Optional[int]) -> None:
         """Image *name*: a clone of a raw same-cluster snapshot.
 
         The snapshot's head must pass the format inspector as raw and the
@@ -369,8 +391,10 @@ class Images(object):
                 if new.size() < size_gb * units.Gi:
                     new.resize(size_gb * units.Gi)
 
-    def reimage_by_clone(self, volume, location, image_id, features=None,
-                         flatten=False):
+    def reimage_by_clone(self, volume: objects.Volume,
+                         location: tuple[str, ...], image_id: str,
+                         features: Optional[int] = None,
+                         flatten: bool = False) -> bool:
         """Make *volume* a copy-on-write clone of a same-cluster image.
 
         The clone is made beside the volume and swapped in by two renames;
@@ -420,21 +444,21 @@ class Images(object):
                   'name': location[1], 'snap': location[2]})
         return True
 
-    def remove_reimage_leftovers(self, name):
+    def remove_reimage_leftovers(self, name: str) -> None:
         """Remove what an interrupted reimage of image *name* left."""
         with self.connect() as (_client, ioctx):
             for suffix in (REIMAGE_TMP_SUFFIX, REIMAGE_OLD_SUFFIX):
                 self._remove(ioctx, name + suffix)
 
     @staticmethod
-    def _remove(ioctx, name):
+    def _remove(ioctx: Any, name: str) -> None:
         try:
             rbd.RBD().remove(ioctx, name)
         except rbd.ImageNotFound:
             pass
 
     @staticmethod
-    def _recover_reimage(ioctx, name, old):
+    def _recover_reimage(ioctx: Any, name: str, old: str) -> None:
         """Put back a volume a crash left renamed to ``.reimage-old``."""
         try:
             rbd.Image(ioctx, name, read_only=True).close()
@@ -444,8 +468,9 @@ class Images(object):
                         {'name': name, 'old': old})
             rbd.RBD().rename(ioctx, old, name)
 
-    def convert_from_cluster(self, volume, location, image_id, fmt,
-                             sparse=True):
+    def convert_from_cluster(self, volume: objects.Volume,
+                             location: tuple[str, ...], image_id: str,
+                             fmt: Optional[str], sparse: bool = True) -> bool:
         """qemu-img from the image's pool, once upstream's checks pass.
 
         Returns False when the image's head did not settle its format.

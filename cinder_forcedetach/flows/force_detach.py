@@ -62,9 +62,12 @@ Cinder's database untouched because the database task is the last one.
 """
 
 
+from __future__ import annotations
+
 import collections
 import threading
 import time
+from typing import Any, Callable, Iterable, Optional, Sequence, TYPE_CHECKING
 
 from cinder import context as cinder_context
 from cinder.db import api as db_api
@@ -87,6 +90,21 @@ from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach import locks
 
+if TYPE_CHECKING:
+    from taskflow.engines import base as engine_base
+    from taskflow import storage as taskflow_storage
+    from tooz import locking
+
+    #: A host's connector; None in a list of hosts to revoke: every host.
+    Connector = dict[str, Any]
+    Revoke = list[Optional[Connector]]
+    #: ``(volume, revoke, remaining)`` of a volume that joined a batch.
+    FenceRequest = tuple[objects.Volume, Revoke,
+                         list[objects.VolumeAttachment]]
+    #: ``{volume_id: [addresses fenced] or an exception}``
+    FenceMany = Callable[[list[FenceRequest]],
+                         dict[str, list[str] | BaseException]]
+
 LOG = logging.getLogger(__name__)
 
 ACTION = 'volume:force_detach'
@@ -102,7 +120,7 @@ ALLOWED_STATUSES = ('available', 'in-use', 'attaching', 'detaching',
 class _DriverTask(flow_utils.CinderTask):
     """A task that works through the driver it was built with."""
 
-    def __init__(self, driver, **kwargs):
+    def __init__(self, driver: Any, **kwargs: Any) -> None:
         super(_DriverTask, self).__init__(**kwargs)
         self.driver = driver
 
@@ -112,12 +130,13 @@ class LockVolumeTask(flow_utils.CinderTask):
 
     default_provides = 'lock'
 
-    def execute(self, volume):
+    def execute(self, volume: objects.Volume) -> locking.Lock:
         lock = locks.volume_lock(volume.id)
         lock.acquire(blocking=True)
         return lock
 
-    def revert(self, volume, result, **kwargs):
+    def revert(self, volume: objects.Volume, result: Any,
+               **kwargs: Any) -> None:
         # A failed acquire reverts with taskflow's Failure, not the lock.
         if result is not None and not isinstance(
                 result, (Exception, taskflow_failure.Failure)):
@@ -131,7 +150,8 @@ class RequireDetachedTask(flow_utils.CinderTask):
     the lock: an attach may have begun since.  Then nothing is torn down.
     """
 
-    def execute(self, context, volume):
+    def execute(self, context: cinder_context.RequestContext,
+                volume: objects.Volume) -> None:
         volume.refresh()
         live = [a for a in objects.VolumeAttachmentList.get_all_by_volume_id(
             context, volume.id) if fd_attachments.is_live(a)]
@@ -154,11 +174,16 @@ class ResolveAttachmentsTask(_DriverTask):
 
     default_provides = ('detaching', 'remaining', 'revoke')
 
-    def __init__(self, driver, reset_database, **kwargs):
+    def __init__(self, driver: Any, reset_database: bool,
+                 **kwargs: Any) -> None:
         super(ResolveAttachmentsTask, self).__init__(driver, **kwargs)
         self.reset_database = reset_database
 
-    def execute(self, context, volume, connector, attachment_id):
+    def execute(self, context: cinder_context.RequestContext,
+                volume: objects.Volume, connector: Optional[Connector],
+                attachment_id: Optional[str]
+                ) -> tuple[fd_attachments.Attachments,
+                           fd_attachments.Attachments, Revoke]:
         volume.refresh()
         if self.reset_database and volume.status not in ALLOWED_STATUSES:
             raise exception.InvalidVolume(
@@ -195,7 +220,11 @@ class ResolveAttachmentsTask(_DriverTask):
                 fd_attachments.Attachments(remaining), revoke)
 
     @staticmethod
-    def _host_keeps_access(volume, connector, live, detaching):
+    def _host_keeps_access(volume: objects.Volume,
+                           connector: Optional[Connector],
+                           live: Sequence[objects.VolumeAttachment],
+                           detaching: Sequence[objects.VolumeAttachment]
+                           ) -> bool:
         """Cinder's ``terminate_connection`` ends one attachment.
 
         Without a connector it names none: refused when several are live.
@@ -216,7 +245,9 @@ class ResolveAttachmentsTask(_DriverTask):
         return False
 
 
-def _check_attachment_was_ours(context, volume, attachment_id):
+def _check_attachment_was_ours(context: cinder_context.RequestContext,
+                               volume: objects.Volume,
+                               attachment_id: str) -> None:
     """Accept a deleted attachment of this volume (a re-run); else fail."""
     try:
         old = objects.VolumeAttachment.get_by_id(
@@ -234,7 +265,10 @@ def _check_attachment_was_ours(context, volume, attachment_id):
              'teardown only.', attachment_id)
 
 
-def connectors_to_revoke(connector, detaching, remaining):
+def connectors_to_revoke(connector: Optional[Connector],
+                         detaching: Iterable[objects.VolumeAttachment],
+                         remaining: Sequence[objects.VolumeAttachment]
+                         ) -> Revoke:
     """Which host connectors lose access; [None] means every host."""
     if connector is not None:
         return [connector]
@@ -253,11 +287,13 @@ class RecordTeardownTask(flow_utils.CinderTask):
         :data:`cinder_forcedetach.attachments.TEARDOWN_MARK`).
     """
 
-    def __init__(self, reset_database, **kwargs):
+    def __init__(self, reset_database: bool, **kwargs: Any) -> None:
         super(RecordTeardownTask, self).__init__(**kwargs)
         self.reset_database = reset_database
 
-    def execute(self, context, volume, revoke, detaching):
+    def execute(self, context: cinder_context.RequestContext,
+                volume: objects.Volume, revoke: Revoke,
+                detaching: Sequence[objects.VolumeAttachment]) -> None:
         if not revoke:
             return
         if not self.reset_database and not detaching:
@@ -280,11 +316,12 @@ class RecordTeardownTask(flow_utils.CinderTask):
 class NotifyTask(_DriverTask):
     """Emit ``detach.start``/``detach.end``, as Cinder's detach does."""
 
-    def __init__(self, driver, event, **kwargs):
+    def __init__(self, driver: Any, event: str, **kwargs: Any) -> None:
         super(NotifyTask, self).__init__(driver, addons=[event], **kwargs)
         self.event = event
 
-    def execute(self, context, volume):
+    def execute(self, context: cinder_context.RequestContext,
+                volume: objects.Volume) -> None:
         if not rpc.initialized():
             return      # a process without messaging (the operator CLI)
         try:
@@ -304,7 +341,9 @@ class DisconnectLocalHostTask(_DriverTask):
     flush buffered writes on a path that is up.
     """
 
-    def execute(self, volume, connector, detaching, revoke, lock):
+    def execute(self, volume: objects.Volume, connector: Optional[Connector],
+                detaching: Sequence[objects.VolumeAttachment],
+                revoke: Revoke, lock: Optional[locking.Lock]) -> None:
         locks.check_lock(lock, volume, type(self).__name__)
         if revoke:
             self.driver.disconnect_local_host(volume, connector, detaching)
@@ -313,7 +352,8 @@ class DisconnectLocalHostTask(_DriverTask):
 class RevokeHostAccessTask(_DriverTask):
     """Terminate the backend connections of the hosts that leave."""
 
-    def execute(self, volume, revoke, lock):
+    def execute(self, volume: objects.Volume, revoke: Revoke,
+                lock: Optional[locking.Lock]) -> None:
         locks.check_lock(lock, volume, type(self).__name__)
         for host_connector in revoke:
             self.driver.revoke_host_access(volume, host_connector)
@@ -327,11 +367,12 @@ class JoinBatchFenceTask(flow_utils.CinderTask):
     this step is done; the lock stays held.
     """
 
-    def __init__(self, batch, **kwargs):
+    def __init__(self, batch: FenceBatch, **kwargs: Any) -> None:
         super(JoinBatchFenceTask, self).__init__(**kwargs)
         self.batch = batch
 
-    def execute(self, volume, revoke, remaining):
+    def execute(self, volume: objects.Volume, revoke: Revoke,
+                remaining: list[objects.VolumeAttachment]) -> None:
         if revoke:
             self.batch.join(volume, revoke, remaining)
 
@@ -344,11 +385,14 @@ class FenceClientsTask(_DriverTask):
         included; otherwise the driver's ``fence_clients``.
     """
 
-    def __init__(self, driver, batch=None, **kwargs):
+    def __init__(self, driver: Any, batch: Optional[FenceBatch] = None,
+                 **kwargs: Any) -> None:
         super(FenceClientsTask, self).__init__(driver, **kwargs)
         self.batch = batch
 
-    def execute(self, volume, revoke, remaining, lock):
+    def execute(self, volume: objects.Volume, revoke: Revoke,
+                remaining: list[objects.VolumeAttachment],
+                lock: Optional[locking.Lock]) -> None:
         locks.check_lock(lock, volume, type(self).__name__)
         if not revoke:
             return
@@ -365,11 +409,15 @@ class RemoveExportTask(_DriverTask):
         whether another host still uses the export.
     """
 
-    def __init__(self, driver, always=False, **kwargs):
+    def __init__(self, driver: Any, always: bool = False,
+                 **kwargs: Any) -> None:
         super(RemoveExportTask, self).__init__(driver, **kwargs)
         self.always = always
 
-    def execute(self, context, volume, remaining=(), lock=None):
+    def execute(self, context: cinder_context.RequestContext,
+                volume: objects.Volume,
+                remaining: Iterable[objects.VolumeAttachment] = (),
+                lock: Optional[locking.Lock] = None) -> None:
         locks.check_lock(lock, volume, type(self).__name__)
         users = fd_attachments.export_users(remaining)
         if users and not self.always:
@@ -382,7 +430,11 @@ class RemoveExportTask(_DriverTask):
 class ResetDatabaseTask(flow_utils.CinderTask):
     """Only now reset Cinder's attachments and volume status."""
 
-    def execute(self, context, volume, detaching, attachment_id, lock):
+    def execute(self, context: cinder_context.RequestContext,
+                volume: objects.Volume,
+                detaching: Sequence[objects.VolumeAttachment],
+                attachment_id: Optional[str],
+                lock: Optional[locking.Lock]) -> None:
         locks.check_lock(lock, volume, type(self).__name__)
         ids = [a.id for a in detaching] or (
             [attachment_id] if attachment_id else [])
@@ -404,12 +456,13 @@ class ResetDatabaseTask(flow_utils.CinderTask):
 
 
 class ReleaseLockTask(flow_utils.CinderTask):
-    def execute(self, lock):
+    def execute(self, lock: locking.Lock) -> None:
         locks.release(lock)
 
 
-def get_flow(driver, reset_database=True, batch=None,
-             require_detached=False):
+def get_flow(driver: Any, reset_database: bool = True,
+             batch: Optional[FenceBatch] = None,
+             require_detached: bool = False) -> linear_flow.Flow:
     """Our force-detach (reset_database) or Cinder's terminate_connection.
 
     *batch*: a :class:`FenceBatch` the flow joins, and waits for, before
@@ -443,7 +496,9 @@ def get_flow(driver, reset_database=True, batch=None,
 SECRET_INPUTS = ('volume', 'context', 'detaching', 'remaining')
 
 
-def _load(flow, store):
+def _load(flow: linear_flow.Flow, store: dict[str, Any]
+          ) -> tuple[engine_base.Engine,
+                     logging_listener.DynamicLoggingListener]:
     """``(engine, listener)`` of *flow* with *store*."""
     engine = taskflow.engines.load(flow, engine='serial', store=store)
     # Cinder's DynamicLogListener, but a failure's report of the earlier
@@ -454,11 +509,14 @@ def _load(flow, store):
     return engine, listener
 
 
-def _run(flow, volume, store):
+def _run(flow: linear_flow.Flow, volume: objects.Volume,
+         store: dict[str, Any]) -> taskflow_storage.Storage:
     return _run_engine(*_load(flow, store), volume)
 
 
-def _run_engine(engine, listener, volume):
+def _run_engine(engine: engine_base.Engine,
+                listener: logging_listener.DynamicLoggingListener,
+                volume: objects.Volume) -> taskflow_storage.Storage:
     """Run (or resume) *engine*; a failure is raised naming its step."""
     try:
         with listener:
@@ -476,8 +534,10 @@ def _run_engine(engine, listener, volume):
     return engine.storage
 
 
-def run(context, driver, volume, connector=None, attachment_id=None,
-        reset_database=True, require_detached=False):
+def run(context: cinder_context.RequestContext, driver: Any,
+        volume: objects.Volume, connector: Optional[Connector] = None,
+        attachment_id: Optional[str] = None, reset_database: bool = True,
+        require_detached: bool = False) -> bool:
     """Run the flow; returns whether another host may use the export.
 
     Cinder then keeps the export: attachments remain that have a connector.
@@ -500,17 +560,19 @@ class FenceBatch(object):
     takes its volume's result (:meth:`result`).
     """
 
-    def __init__(self):
-        self.engines = {}
-        self.requests = {}
-        self.results = {}
+    def __init__(self) -> None:
+        self.engines: dict[str, engine_base.Engine] = {}
+        self.requests: dict[str, FenceRequest] = {}
+        #: volume id -> the addresses fenced, or the volume's failure
+        self.results: dict[str, Any] = {}
         self.fenced = False
 
-    def join(self, volume, revoke, remaining):
+    def join(self, volume: objects.Volume, revoke: Revoke,
+             remaining: list[objects.VolumeAttachment]) -> None:
         self.requests[volume.id] = (volume, revoke, remaining)
         self.engines[volume.id].suspend()
 
-    def fence(self, fence_many):
+    def fence(self, fence_many: FenceMany) -> None:
         """``fence_many([(volume, revoke, remaining)])`` once, for all.
 
         It returns ``{volume_id: [addresses fenced] or an exception}``;
@@ -530,7 +592,7 @@ class FenceBatch(object):
             self.results.update(results)
         self.fenced = True
 
-    def abort(self, reason):
+    def abort(self, reason: str) -> None:
         """Fail every joined volume, unless :meth:`fence` ran."""
         if self.fenced:
             return
@@ -538,10 +600,10 @@ class FenceBatch(object):
             self.results.setdefault(vid, exception.VolumeBackendAPIException(
                 data=reason))
 
-    def has_result(self, volume_id):
+    def has_result(self, volume_id: str) -> bool:
         return volume_id in self.results
 
-    def result(self, volume_id):
+    def result(self, volume_id: str) -> list[str]:
         """The addresses fenced for *volume_id*; raise its failure."""
         result = self.results[volume_id]
         if isinstance(result, BaseException):
@@ -557,7 +619,9 @@ class FenceBatch(object):
 HostTeardown = collections.namedtuple('HostTeardown', 'done failed seconds')
 
 
-def run_host(context, driver, volumes, connector, fence_many):
+def run_host(context: cinder_context.RequestContext, driver: Any,
+             volumes: Iterable[objects.Volume], connector: Connector,
+             fence_many: FenceMany) -> HostTeardown:
     """Our force-detach of one host from many volumes, the fence batched.
 
     Each volume runs this module's flow (:func:`get_flow`, as
@@ -577,7 +641,10 @@ def run_host(context, driver, volumes, connector, fence_many):
     :returns: :data:`HostTeardown`.
     """
     batch = FenceBatch()
-    done, failed, paused = {}, {}, []
+    done: dict[str, list[str]] = {}
+    failed: dict[str, Exception] = {}
+    paused: list[tuple[objects.Volume, engine_base.Engine,
+                       logging_listener.DynamicLoggingListener]] = []
     ordered = sorted({v.id: v for v in volumes}.values(),
                      key=lambda v: v.id)
     times = [time.monotonic()]
@@ -623,7 +690,8 @@ def run_host(context, driver, volumes, connector, fence_many):
     return HostTeardown(done, failed, seconds)
 
 
-def run_remove_export(context, driver, volume):
+def run_remove_export(context: cinder_context.RequestContext, driver: Any,
+                      volume: objects.Volume) -> None:
     """Cinder's own ``remove_export`` call: the same task, the same lock.
 
     One task needs no engine (loading one costs ~10 ms a volume).
@@ -634,7 +702,9 @@ def run_remove_export(context, driver, volume):
                                                       lock=lock)
 
 
-def revoke_after_detach(driver, volume, live, wait_seconds):
+def revoke_after_detach(driver: Any, volume: objects.Volume,
+                        live: Iterable[objects.VolumeAttachment],
+                        wait_seconds: float) -> bool:
     """Revoke the host of the attachment Cinder's detach ends next.
 
     ``os-force_detach {attachment_id}`` without a connector calls
@@ -657,7 +727,9 @@ def revoke_after_detach(driver, volume, live, wait_seconds):
     return True
 
 
-def _ended_attachments(context, volume_id, live_ids, wait_seconds):
+def _ended_attachments(context: cinder_context.RequestContext,
+                       volume_id: str, live_ids: frozenset[str],
+                       wait_seconds: float) -> list[str]:
     """Ids of *live_ids* that ended within *wait_seconds* (polled)."""
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
@@ -670,7 +742,8 @@ def _ended_attachments(context, volume_id, live_ids, wait_seconds):
     return []
 
 
-def _revoke_ended(driver, volume_id, live_ids, wait_seconds):
+def _revoke_ended(driver: Any, volume_id: str, live_ids: frozenset[str],
+                  wait_seconds: float) -> None:
     context = cinder_context.get_admin_context()
     try:
         ended = _ended_attachments(context, volume_id, live_ids,

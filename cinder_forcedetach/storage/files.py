@@ -18,8 +18,11 @@ store reads anyway.  The class is small on purpose: a vendor or an LVM
 store replaces it without touching the driver's export logic.
 """
 
+from __future__ import annotations
+
 import errno
 import os
+from typing import Any, Callable, Optional
 
 from oslo_concurrency import processutils
 from oslo_log import log as logging
@@ -31,36 +34,39 @@ LOG = logging.getLogger(__name__)
 class FileStore(object):
     """Create, copy, grow and delete sparse raw volume files."""
 
-    def __init__(self, directory, execute=processutils.execute):
+    def __init__(self, directory: str,
+                 execute: Callable[..., Any] = processutils.execute
+                 ) -> None:
         self.directory = directory
         self._execute = execute
 
-    def setup(self):
+    def setup(self) -> None:
         os.makedirs(self.directory, mode=0o750, exist_ok=True)
 
-    def path(self, name):
+    def path(self, name: str) -> str:
         if os.sep in name or name in ('', '.', '..'):
             raise ValueError('invalid volume file name %r' % name)
         return os.path.join(self.directory, name)
 
-    def exists(self, name):
+    def exists(self, name: str) -> bool:
         return os.path.exists(self.path(name))
 
-    def create(self, name, size_gb):
+    def create(self, name: str, size_gb: int) -> None:
         with open(self.path(name), 'xb') as f:
             f.truncate(size_gb * units.Gi)
 
-    def resize(self, name, size_gb):
+    def resize(self, name: str, size_gb: int) -> None:
         path = self.path(name)
         if os.path.getsize(path) > size_gb * units.Gi:
             raise ValueError('refusing to shrink %s' % name)
         os.truncate(path, size_gb * units.Gi)
 
-    def copy(self, source, dest, size_gb=None):
+    def copy(self, source: str, dest: str,
+             size_gb: Optional[int] = None) -> None:
         """Sparse copy of *source* into a new file *dest* (reflink if any)."""
         self._copy_file(self.path(source), self.path(dest), size_gb)
 
-    def copy_out(self, name, other):
+    def copy_out(self, name: str, other: FileStore) -> None:
         """Sparse copy of *name* into store *other*, under the same name.
 
         It refuses to replace a file *other* already holds.
@@ -71,7 +77,8 @@ class FileStore(object):
                                   dest_path)
         self._copy_file(self.path(name), dest_path)
 
-    def _copy_file(self, source_path, dest_path, size_gb=None):
+    def _copy_file(self, source_path: str, dest_path: str,
+                   size_gb: Optional[int] = None) -> None:
         tmp_path = dest_path + '.part'
         self._execute('cp', '--sparse=always', '--reflink=auto',
                       source_path, tmp_path)
@@ -80,7 +87,7 @@ class FileStore(object):
                                       size_gb * units.Gi))
         os.rename(tmp_path, dest_path)
 
-    def adopt(self, source, dest):
+    def adopt(self, source: str, dest: str) -> int:
         """Rename *source* to *dest*, grown to a whole GiB; its GiB."""
         source_path, dest_path = self.path(source), self.path(dest)
         if source_path != dest_path:
@@ -92,24 +99,24 @@ class FileStore(object):
             os.truncate(dest_path, size_gb * units.Gi)
         return size_gb
 
-    def size_gb(self, name):
+    def size_gb(self, name: str) -> int:
         """The file's size in GiB, rounded up."""
         return -(-os.path.getsize(self.path(name)) // units.Gi)
 
-    def names(self):
+    def names(self) -> list[str]:
         """Names of the volume files (not copies in flight)."""
         with os.scandir(self.directory) as entries:
             return sorted(e.name for e in entries
                           if e.is_file(follow_symlinks=False) and
                           not e.name.endswith('.part'))
 
-    def delete(self, name):
+    def delete(self, name: str) -> None:
         try:
             os.unlink(self.path(name))
         except FileNotFoundError:
             LOG.debug('Volume file %s already deleted.', name)
 
-    def capacity(self):
+    def capacity(self) -> tuple[float, float, float]:
         """(total, free, allocated) GiB of the volumes' filesystem."""
         st = os.statvfs(self.directory)
         total = st.f_blocks * st.f_frsize / units.Gi

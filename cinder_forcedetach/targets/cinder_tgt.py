@@ -28,7 +28,10 @@ target driver (:class:`TgtTarget`), by
 :class:`cinder_forcedetach.drivers.lvm.LVMVolumeDriver`.
 """
 
+from __future__ import annotations
+
 import functools
+from typing import Any, Optional, Sequence, TYPE_CHECKING
 
 from cinder.common import constants
 from cinder import exception
@@ -44,6 +47,12 @@ from cinder_forcedetach import connector_grammar
 from cinder_forcedetach import host_access
 from cinder_forcedetach import locks
 from cinder_forcedetach.targets import tgtadm
+
+if TYPE_CHECKING:
+    from cinder import context as cinder_context
+    from cinder import objects
+
+    from cinder_forcedetach.targets import base
 
 LOG = logging.getLogger(__name__)
 
@@ -65,7 +74,7 @@ cfg.CONF.register_opts(tgt_opts,
 REQUIRED_CONNECTOR_FIELDS = ('initiator',)
 
 
-def chap(volume):
+def chap(volume: objects.Volume) -> tuple[Optional[str], Optional[str]]:
     """``(username, password)`` of the volume's export, or (None, None)."""
     parts = (volume['provider_auth'] or '').split()
     if len(parts) == 3 and parts[0] == 'CHAP':
@@ -83,7 +92,8 @@ class VolumeExports(object):
         (default: ``tgtadm`` on ``forcedetach_tgt_control_port``).
     """
 
-    def __init__(self, configuration, target=None):
+    def __init__(self, configuration: Any,
+                 target: Optional[tgtadm.TgtAdm] = None) -> None:
         configuration.append_config_values(tgt_opts)
         self.configuration = configuration
         self.target = target or tgtadm.TgtAdm(
@@ -91,10 +101,10 @@ class VolumeExports(object):
 
     # -- naming ------------------------------------------------------------
 
-    def target_name(self, volume):
+    def target_name(self, volume: objects.Volume) -> str:
         return self.configuration.target_prefix + volume['name']
 
-    def portals(self):
+    def portals(self) -> list[str]:
         """``ip:port`` of every portal, the primary address first."""
         conf = self.configuration
         addresses = [conf.target_ip_address] + list(
@@ -102,14 +112,15 @@ class VolumeExports(object):
         return ['%s:%s' % (volume_utils.sanitize_host(address),
                            conf.target_port) for address in addresses]
 
-    def location(self, volume):
+    def location(self, volume: objects.Volume) -> str:
         """provider_location, in the format Cinder's iSCSI code parses."""
         return '%s %s %d' % (';'.join(self.portals()),
                              self.target_name(volume), tgtadm.BACKING_LUN)
 
     # -- export ------------------------------------------------------------
 
-    def create(self, volume, path):
+    def create(self, volume: objects.Volume,
+               path: str) -> tuple[str, Optional[str]]:
         """Export *path*; returns ``(provider_location, provider_auth)``.
 
         A new export gets a new CHAP account; an existing one is returned
@@ -126,7 +137,7 @@ class VolumeExports(object):
         auth = 'CHAP %s %s' % (username, password) if username else None
         return self.location(volume), auth
 
-    def remake(self, volume, path):
+    def remake(self, volume: objects.Volume, path: str) -> None:
         """Re-create an existing target so tgtd reads *path*'s new size.
 
         tgtd reads a LUN's size when the LUN is created.  Like upstream's
@@ -153,7 +164,9 @@ class VolumeExports(object):
                 if connector_grammar.is_iscsi_name(initiator):
                     self.target.grant(name, initiator)
 
-    def ensure(self, volume, path, in_teardown=None):
+    def ensure(self, volume: objects.Volume, path: str,
+               in_teardown: Optional[list[Optional[dict[str, Any]]]] = None
+               ) -> None:
         """Re-create a lost export (tgtd restarted) for attached hosts.
 
         *in_teardown*: the connectors an interrupted force-detach was
@@ -191,7 +204,7 @@ class VolumeExports(object):
         for initiator in initiators:
             self.target.grant(name, initiator)
 
-    def remove(self, volume):
+    def remove(self, volume: objects.Volume) -> None:
         """Remove target, LUN, sessions and CHAP account; idempotent.
 
         Kept while the host of another live attachment still has access:
@@ -223,7 +236,7 @@ class VolumeExports(object):
 
     # -- connections ---------------------------------------------------------
 
-    def connection_data(self, volume):
+    def connection_data(self, volume: objects.Volume) -> dict[str, Any]:
         """iSCSI connection data, with the multipath lists os-brick reads.
 
         The ``target_portals``/``target_iqns``/``target_luns`` lists let
@@ -242,7 +255,8 @@ class VolumeExports(object):
                 'volume_id': volume['id'],
                 'discard': True}
 
-    def connect(self, volume, connector, path=None):
+    def connect(self, volume: objects.Volume, connector: dict[str, Any],
+                path: Optional[str] = None) -> dict[str, Any]:
         """Grant the connector's initiator; its iSCSI connection_info.
 
         The connector must have been validated (connector_grammar), and
@@ -279,7 +293,8 @@ class VolumeExports(object):
                         auth_password=password)
         return {'driver_volume_type': 'iscsi', 'data': data}
 
-    def revoke(self, volume, connector):
+    def revoke(self, volume: objects.Volume,
+               connector: Optional[dict[str, Any]]) -> bool:
         """Unbind the host's ACL and drop its sessions (None: every host).
 
         Returns True when other hosts keep access.  An export made by
@@ -298,7 +313,7 @@ class VolumeExports(object):
         return bool(self.target.revoke(name, [connector['initiator']],
                                        keep=keep))
 
-    def holders(self):
+    def holders(self) -> dict[str, list[host_access.Holder]]:
         """{volume name: [Holder]} of every target of ours, in one read.
 
         ACL entries and sessions per initiator, address rules (``ALL``
@@ -311,13 +326,15 @@ class VolumeExports(object):
                 for name, state in self.target.list_targets().items()
                 if name.startswith(prefix)}
 
-    def volume_holders(self, volume):
+    def volume_holders(self, volume: objects.Volume
+                       ) -> list[host_access.Holder]:
         """The holders of *volume*'s target alone (see :meth:`holders`)."""
         state = self.target.find(self.target_name(volume))
         return [] if state is None else _state_holders(state)
 
     @staticmethod
-    def kept_initiators(volume, connector):
+    def kept_initiators(volume: objects.Volume,
+                        connector: Optional[dict[str, Any]]) -> list[str]:
         """Initiators of live attachments of hosts other than *connector*."""
         kept = []
         for attachment in fd_attachments.of_other_hosts(
@@ -329,7 +346,8 @@ class VolumeExports(object):
         return kept
 
 
-def _leaving(volume, users):
+def _leaving(volume: objects.Volume,
+             users: Sequence[objects.VolumeAttachment]) -> bool:
     """Whether the volume's recorded teardown revokes every host of *users*.
 
     The force-detach flow records the hosts it revokes before it revokes
@@ -350,7 +368,7 @@ def _leaving(volume, users):
                    for host in hosts) for a in users)
 
 
-def _state_holders(state):
+def _state_holders(state: base.TargetState) -> list[host_access.Holder]:
     """The audit's holders of one target.
 
     An offline target (revoked for every host) lets nobody in, whatever
@@ -373,7 +391,7 @@ def _state_holders(state):
 
 
 @functools.lru_cache(maxsize=65536)
-def _initiator_holder(kind, initiator):
+def _initiator_holder(kind: str, initiator: str) -> host_access.Holder:
     """One holder per initiator and kind, shared: hosts hold many volumes."""
     return host_access.Holder(kind, frozenset({'iqn:' + initiator}), initiator,
                               {'initiator': initiator})
@@ -395,44 +413,53 @@ class TgtTarget(target_driver.Target):
     SHARED_TARGET_SUPPORT = False
     SECONDARY_IP_SUPPORT = True
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super(TgtTarget, self).__init__(*args, **kwargs)
         self.exports = VolumeExports(self.configuration)
 
     # -- Cinder's target driver interface ------------------------------------
 
-    def create_export(self, context, volume, volume_path):
+    def create_export(self, context: cinder_context.RequestContext,
+                      volume: objects.Volume,
+                      volume_path: str) -> dict[str, Optional[str]]:
         location, auth = self.exports.create(volume, volume_path)
         return {'location': location, 'auth': auth}
 
-    def ensure_export(self, context, volume, volume_path):
+    def ensure_export(self, context: cinder_context.RequestContext,
+                      volume: objects.Volume, volume_path: str) -> None:
         self.exports.ensure(volume, volume_path,
                             fd_attachments.hosts_in_teardown(volume))
 
-    def remove_export(self, context, volume):
+    def remove_export(self, context: cinder_context.RequestContext,
+                      volume: objects.Volume) -> None:
         self.exports.remove(volume)
 
-    def validate_connector(self, connector):
+    def validate_connector(self, connector: Any) -> bool:
         connector_grammar.check(connector, REQUIRED_CONNECTOR_FIELDS)
         return True
 
-    def initialize_connection(self, volume, connector, volume_path=None):
+    def initialize_connection(self, volume: objects.Volume,
+                              connector: dict[str, Any],
+                              volume_path: Optional[str] = None
+                              ) -> dict[str, Any]:
         """See :meth:`VolumeExports.connect`; our LVM driver gives the path."""
         self.validate_connector(connector)
         return self.exports.connect(volume, connector, volume_path)
 
-    def terminate_connection(self, volume, connector, **kwargs):
+    def terminate_connection(self, volume: objects.Volume,
+                             connector: Optional[dict[str, Any]],
+                             **kwargs: Any) -> bool:
         """Revoke the host (keeping other hosts' live attachments)."""
         if connector is not None:
             self.validate_connector(connector)
         return self.revoke(volume, connector)
 
     @staticmethod
-    def are_same_connector(A, B):
+    def are_same_connector(A: dict[str, Any], B: dict[str, Any]) -> bool:
         a_initiator = A.get('initiator')
         return bool(a_initiator) and a_initiator == B.get('initiator')
 
-    def extend_target(self, volume):
+    def extend_target(self, volume: objects.Volume) -> None:
         """Re-create an in-use target so tgtd sees the LV's new size.
 
         See :meth:`VolumeExports.remake`.
@@ -442,10 +469,12 @@ class TgtTarget(target_driver.Target):
 
     # -- force-detach hooks ------------------------------------------------
 
-    def revoke(self, volume, connector):
+    def revoke(self, volume: objects.Volume,
+               connector: Optional[dict[str, Any]]) -> bool:
         """See :meth:`VolumeExports.revoke`."""
         return self.exports.revoke(volume, connector)
 
-    def local_connection_info(self, volume):
+    def local_connection_info(self, volume: objects.Volume
+                              ) -> dict[str, Any]:
         return {'driver_volume_type': 'iscsi',
                 'data': self.exports.connection_data(volume)}

@@ -42,6 +42,8 @@ import dataclasses
 import ipaddress
 import re
 import time
+import types
+from typing import cast, Iterable, NoReturn, Optional
 
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
@@ -77,7 +79,7 @@ _TARGET_RE = re.compile(r'^Target (\d+): (\S+)$')
 _NAME_PREFIXES = ('iqn.', 'eui.', 'naa.')
 
 
-def _is_address_acl(entry):
+def _is_address_acl(entry: str) -> bool:
     """Whether an ACL entry is an address rule (``ALL``, IP, network)."""
     if entry == 'ALL':
         return True
@@ -94,7 +96,8 @@ def _is_address_acl(entry):
 SECTIONS = ('System', 'I_T nexus', 'LUN', 'Account', 'ACL')
 
 
-def _check_sections(state, sections):
+def _check_sections(state: Optional[base.TargetState],
+                    sections: Iterable[str]) -> None:
     if state is not None and tuple(sections) != SECTIONS:
         raise exception.TargetCommandFailed(
             command='show', reason='target %r is listed with sections %s, '
@@ -122,7 +125,7 @@ class TgtTargetState(base.TargetState):
     ready: bool = True
 
 
-def is_ready(state):
+def is_ready(state: base.TargetState) -> bool:
     """Whether tgtd lets initiators in (and their commands through)."""
     return getattr(state, 'ready', True)
 
@@ -130,18 +133,19 @@ def is_ready(state):
 class _Reader(object):
     """The target being read, line by line."""
 
-    def __init__(self, tid, name):
+    def __init__(self, tid: int, name: str) -> None:
         self.state = TgtTargetState(tid=tid, name=name)
-        self.sections = []
-        self.section = self.session = None
+        self.sections: list[str] = []
+        self.section: Optional[str] = None
+        self.session: Optional[base.Session] = None
         self.state_read = False
 
-    def header(self, section):
+    def header(self, section: str) -> None:
         self.section = section
         self.sections.append(section)
         self.session = None
 
-    def entry(self, text):
+    def entry(self, text: str) -> None:
         state, section = self.state, self.section
         if section == 'System':
             if text.startswith('State:') and not self.state_read:
@@ -164,7 +168,7 @@ class _Reader(object):
             else:
                 state.acls.append(text)
 
-    def sub_entry(self, key, value):
+    def sub_entry(self, key: str, value: str) -> None:
         session = self.session
         if session is None or self.section != 'I_T nexus':
             return
@@ -173,12 +177,13 @@ class _Reader(object):
         elif key == 'Connection' and value.isdigit():
             session.connections.append(int(value))
 
-    def done(self):
+    def done(self) -> TgtTargetState:
         _check_sections(self.state, self.sections)
         return self.state
 
 
-def parse_targets(output, only=None):
+def parse_targets(output: str, only: Optional[str] = None
+                  ) -> dict[str, TgtTargetState]:
     """Parse ``tgtadm --op show --mode target`` into TargetState objects.
 
     An initiator controls the name and alias it logs in with, which tgtd
@@ -195,8 +200,10 @@ def parse_targets(output, only=None):
     """
     if any(brk in output for brk in _OTHER_BREAKS):
         output = '\n'.join(output.splitlines())
-    targets, names, tids = {}, set(), set()
-    reader = None
+    targets: dict[str, TgtTargetState] = {}
+    names: set[str] = set()
+    tids: set[int] = set()
+    reader: Optional[_Reader] = None
     for match in _LINE_RE.finditer(output):
         tid, name, section, entry, key, value = match.groups()
         if name is not None:
@@ -224,13 +231,13 @@ def parse_targets(output, only=None):
     return targets
 
 
-def _ambiguous(what, reason):
+def _ambiguous(what: str, reason: str) -> exception.TargetCommandFailed:
     return exception.TargetCommandFailed(
         command='show', reason='%s: %s: the listing is ambiguous' % (
             what, reason))
 
 
-def _lines(output):
+def _lines(output: str) -> list[str]:
     """*output* cut as ``str.splitlines`` cuts it, without a last ''."""
     if any(brk in output for brk in _OTHER_BREAKS):
         output = '\n'.join(output.splitlines())
@@ -249,7 +256,7 @@ _LLD_LISTING_RE = re.compile(
 _LLD_TARGET_RE = re.compile(r'^        Target (\d+): (\S+)$', re.MULTILINE)
 
 
-def parse_target_names(output):
+def parse_target_names(output: str) -> dict[str, int]:
     """``tgtadm --op show --mode lld`` as ``{target name: tid}``.
 
     tgtd prints ``LLDs:``, then each LLD (4 spaces) and its targets (8
@@ -271,7 +278,7 @@ def parse_target_names(output):
     return names
 
 
-def find_tid(output, name):
+def find_tid(output: str, name: str) -> Optional[int]:
     """The tid of target *name* in a ``--mode lld`` listing, or None.
 
     What each teardown reads, so in a few scans in C, not line by line
@@ -298,7 +305,7 @@ def find_tid(output, name):
     return int(match.group('tid'))
 
 
-def _refuse_target_names(output):
+def _refuse_target_names(output: str) -> NoReturn:
     """Why *output* is not a listing of names in tgtd's form (raises)."""
     lines = _lines(output)
     if not lines or lines[0] != 'LLDs:':
@@ -325,7 +332,7 @@ _CONNECTION_RES = (re.compile(r'Session: (\d+)'),
                    re.compile(r'        (?:IP Address: \S+)?'))
 
 
-def parse_connections(output):
+def parse_connections(output: str) -> list[base.Session]:
     """``tgtadm --op show --mode conn --tid T`` as :class:`base.Session` s.
 
     The initiator name is the initiator's to choose, and a newline in it
@@ -341,15 +348,18 @@ def parse_connections(output):
     if len(lines) % len(_CONNECTION_RES):
         raise _ambiguous('connections', '%d lines are not whole blocks of '
                          '%d' % (len(lines), len(_CONNECTION_RES)))
-    sessions, seen = {}, set()
+    sessions: dict[int, base.Session] = {}
+    seen: set[tuple[int, int]] = set()
     for start in range(0, len(lines), len(_CONNECTION_RES)):
         block = lines[start:start + len(_CONNECTION_RES)]
         matches = [regex.fullmatch(line)
                    for regex, line in zip(_CONNECTION_RES, block)]
         if not all(matches):
             raise _ambiguous('connections', 'unexpected block %r' % block)
-        sid, cid = int(matches[0].group(1)), int(matches[1].group(1))
-        initiator = matches[2].group(1)
+        # all() does not narrow for mypy: no match is None here.
+        found = cast('list[re.Match[str]]', matches)
+        sid, cid = int(found[0].group(1)), int(found[1].group(1))
+        initiator = found[2].group(1)
         session = sessions.get(sid)
         if (sid, cid) in seen or (
                 session is not None and session.initiator != initiator):
@@ -372,14 +382,16 @@ class TgtAdm(base.ExportTarget):
         takes the control port first and returns ``(code, out, err)``.
     """
 
-    def __init__(self, control_port=0, ops=privileged_tgt):
+    def __init__(self, control_port: int = 0,
+                 ops: types.ModuleType = privileged_tgt) -> None:
         self.control_port = control_port
         self._ops = ops
 
     # -- plumbing --------------------------------------------------------
 
-    def _tgtadm(self, operation, *args, ignore_gone=False,
-                ignore_exists=False, secret=False):
+    def _tgtadm(self, operation: str, *args: object,
+                ignore_gone: bool = False, ignore_exists: bool = False,
+                secret: bool = False) -> str:
         LOG.debug('tgtadm %s %s', operation,
                   args[0] if secret else ' '.join(str(a) for a in args))
         code, out, err = getattr(self._ops, operation)(self.control_port,
@@ -400,20 +412,20 @@ class TgtAdm(base.ExportTarget):
         raise exception.TargetCommandFailed(command=operation,
                                             reason=message)
 
-    def list_targets(self):
+    def list_targets(self) -> dict[str, TgtTargetState]:
         """All targets the daemon has, keyed by target name."""
         return parse_targets(self._tgtadm('show_targets'))
 
-    def find(self, name):
+    def find(self, name: str) -> Optional[TgtTargetState]:
         """The target's whole state (reads the listing of every target)."""
         return parse_targets(self._tgtadm('show_targets'),
                              only=name).get(name)
 
-    def target_names(self):
+    def target_names(self) -> dict[str, int]:
         """``{name: tid}`` of every target (a short listing)."""
         return parse_target_names(self._tgtadm('show_target_names'))
 
-    def tid_of(self, name):
+    def tid_of(self, name: str) -> Optional[int]:
         """The tid of target *name* as tgtd has it now, or None.
 
         Read afresh each time, never remembered: once a target is
@@ -424,14 +436,15 @@ class TgtAdm(base.ExportTarget):
         """
         return find_tid(self._tgtadm('show_target_names'), name)
 
-    def connections(self, tid):
+    def connections(self, tid: int) -> list[base.Session]:
         """The sessions of target *tid* (none when it is gone)."""
         return parse_connections(self._tgtadm('show_connections', tid,
                                               ignore_gone=True))
 
     # -- export ----------------------------------------------------------
 
-    def export(self, name, path, username=None, password=None):
+    def export(self, name: str, path: str, username: Optional[str] = None,
+               password: Optional[str] = None) -> TgtTargetState:
         with lockutils.lock('tgt-tid-%s' % self.control_port, external=True,
                             lock_file_prefix='cinder-forcedetach-'):
             names = self.target_names()
@@ -452,7 +465,8 @@ class TgtAdm(base.ExportTarget):
             state.accounts.append(username)
         return state
 
-    def grant(self, name, initiator, state=None):
+    def grant(self, name: str, initiator: str,
+              state: Optional[base.TargetState] = None) -> None:
         """See :meth:`base.ExportTarget.grant`.
 
         *state*: the target as the caller just read or made it.
@@ -463,7 +477,7 @@ class TgtAdm(base.ExportTarget):
                          ignore_exists=True)
             state.acls.append(initiator)
 
-    def _require(self, name):
+    def _require(self, name: str) -> TgtTargetState:
         state = self.find(name)
         if state is None:
             raise exception.TargetCommandFailed(
@@ -472,7 +486,8 @@ class TgtAdm(base.ExportTarget):
 
     # -- teardown --------------------------------------------------------
 
-    def _revoke_state(self, state, initiators, everyone=False):
+    def _revoke_state(self, state: base.TargetState, initiators: list[str],
+                      everyone: bool = False) -> None:
         """Unbind ACLs first so a reconnect is refused, then drop sessions.
 
         *everyone*: also the address rules (``ALL``, networks, as
@@ -495,7 +510,8 @@ class TgtAdm(base.ExportTarget):
                              cid, ignore_gone=True)
             state.sessions.remove(session)
 
-    def _unbind_name(self, state, initiator):
+    def _unbind_name(self, state: base.TargetState,
+                     initiator: str) -> None:
         if connector_grammar.is_iscsi_name(initiator):
             self._tgtadm('unbind_initiator', state.tid, initiator,
                          ignore_gone=True)
@@ -505,7 +521,9 @@ class TgtAdm(base.ExportTarget):
                         '%(acl)r, which is not an iSCSI name; it goes with '
                         'the target.', {'tgt': state.name, 'acl': initiator})
 
-    def revoke(self, name, initiators=None, keep=(), known=()):
+    def revoke(self, name: str, initiators: Optional[Iterable[str]] = None,
+               keep: Iterable[str] = (),
+               known: Iterable[str] = ()) -> list[str]:
         """See :meth:`base.ExportTarget.revoke`.
 
         *keep*: initiators of the attachments that stay.  Only an export
@@ -529,7 +547,8 @@ class TgtAdm(base.ExportTarget):
             return []   # revoked for every host: nobody gets in
         return state.acls + state.address_acls
 
-    def _revoke_everyone(self, name, known=()):
+    def _revoke_everyone(self, name: str,
+                         known: Iterable[str] = ()) -> list[str]:
         """Revoke every host, reading only this target.
 
         tgtd shows a target's ACL only in its listing of every target,
@@ -563,7 +582,8 @@ class TgtAdm(base.ExportTarget):
                              ignore_gone=True)
         return []
 
-    def _narrow(self, state, initiators, keep):
+    def _narrow(self, state: TgtTargetState, initiators: list[str],
+                keep: list[str]) -> TgtTargetState:
         """Replace address rules by the *keep* names, then revoke the rest.
 
         An address rule (``ALL``, as upstream's helper binds) admits any
@@ -589,7 +609,8 @@ class TgtAdm(base.ExportTarget):
         self._revoke_state(state, sorted(set(initiators) | unkept))
         return state
 
-    def unexport(self, name, state=None, accounts=()):
+    def unexport(self, name: str, state: Optional[base.TargetState] = None,
+                 accounts: Iterable[str] = ()) -> None:
         """See :meth:`base.ExportTarget.unexport`.
 
         *state*: the target as just read (by :meth:`find`), to save
@@ -615,7 +636,7 @@ class TgtAdm(base.ExportTarget):
                 list(accounts)):
             self._tgtadm('delete_account', account, ignore_gone=True)
 
-    def _delete_target(self, tid):
+    def _delete_target(self, tid: int) -> None:
         offline = False
         for delay in DELETE_RETRY_DELAYS + (None,):
             try:
@@ -631,6 +652,6 @@ class TgtAdm(base.ExportTarget):
                       '%(delay)s s.', {'tid': tid, 'delay': delay})
             time.sleep(delay)
 
-    def delete_account(self, username):
+    def delete_account(self, username: str) -> None:
         """Remove a CHAP account that may be left from an interrupted run."""
         self._tgtadm('delete_account', username, ignore_gone=True)
