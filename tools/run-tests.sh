@@ -38,7 +38,8 @@
 #   UNIT_TEST_PATH           default ./tests/unit
 #   UPSTREAM_TEST_PATH       default ./tests/upstream
 #   FUNCTIONAL_TEST_PATH     default ./tests/functional
-#   FUNCTIONAL_CONCURRENCY   default 2
+#   FUNCTIONAL_CONCURRENCY   default: the two workers of
+#                            FUNCTIONAL_TEST_PATH/workers.yaml, else 2
 #   VENV                     default .venv
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -210,8 +211,15 @@ if [ $fast = 1 ]; then
 else
     echo "== functional tests"
     t0=$SECONDS
-    run_stestr functional "$FUNCTIONAL_TEST_PATH" \
-        --concurrency "${FUNCTIONAL_CONCURRENCY:-2}" "$@"
+    # Two workers balanced by tests/functional/workers.yaml, unless
+    # FUNCTIONAL_CONCURRENCY asks for another count.
+    if [ -z "${FUNCTIONAL_CONCURRENCY:-}" ] \
+            && [ -f "$FUNCTIONAL_TEST_PATH/workers.yaml" ]; then
+        workers=(--worker-file "$FUNCTIONAL_TEST_PATH/workers.yaml")
+    else
+        workers=(--concurrency "${FUNCTIONAL_CONCURRENCY:-2}")
+    fi
+    run_stestr functional "$FUNCTIONAL_TEST_PATH" "${workers[@]}" "$@"
     stage_done functional $t0
 fi
 
