@@ -39,7 +39,8 @@ What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 from __future__ import annotations
 
 import socket
-from typing import Any, BinaryIO, Optional
+from typing import (Any, Callable, Optional, Protocol, Sequence,
+                    TYPE_CHECKING)
 
 from cinder import context as cinder_context
 from cinder import exception
@@ -57,6 +58,28 @@ from cinder_forcedetach import grant_fence
 from cinder_forcedetach import image_gates
 from cinder_forcedetach import locks
 from cinder_forcedetach import reconciler
+
+if TYPE_CHECKING:
+    from cinder_forcedetach import host_access
+
+    class VolumeFile(Protocol):
+        """What :meth:`ForceDetachMixin.open_volume_for_write` returns.
+
+        A file opened ``r+b``, or e.g. an RBD image
+        (:class:`cinder_forcedetach.ceph.rbd_io.ImageFile`).
+        """
+
+        def seek(self, offset: int, /) -> int:
+            ...
+
+        def write(self, data: bytes, /) -> int:
+            ...
+
+        def flush(self) -> None:
+            ...
+
+        def close(self) -> None:
+            ...
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
@@ -89,14 +112,27 @@ CONF.register_opts(force_detach_opts,
 class ForceDetachMixin(object):
     """Force-detach that tears down what the backend really has."""
 
-    def __init__(self, *args, **kwargs):
+    # Set by Cinder's driver class, which follows the mixin in the MRO.
+    configuration: Any
+    _execute: Callable[..., Any]
+    local_path: Callable[[objects.Volume], str]
+    # Cinder's methods, which __init__ rebinds on the instance (see there).
+    create_export: Callable[..., Optional[dict[str, Any]]]
+    remove_export: Callable[[cinder_context.RequestContext, objects.Volume],
+                            None]
+    initialize_connection: Callable[[objects.Volume, dict[str, Any]],
+                                    dict[str, Any]]
+    ensure_export: Callable[[cinder_context.RequestContext, objects.Volume],
+                            Optional[dict[str, Any]]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super(ForceDetachMixin, self).__init__(*args, **kwargs)
         if getattr(self, 'configuration', None):
             self.configuration.append_config_values(force_detach_opts)
             self.configuration.append_config_values(image_gates.image_opts)
             self.configuration.append_config_values(
                 reconciler.reconcile_opts)
-        self.reconciler = None
+        self.reconciler: Optional[reconciler.Reconciler] = None
         # What grants access and what Cinder removes itself (detach,
         # attachment delete, volume delete) run under the volume's lock,
         # the flow's: a grant never lands between a force-detach's steps.
@@ -114,23 +150,26 @@ class ForceDetachMixin(object):
         self.ensure_export = self._ensure_export_locked
 
     @staticmethod
-    def get_driver_options():
+    def get_driver_options() -> list[cfg.Opt]:
         """The mixin's options; a driver adds its own."""
         return (force_detach_opts + image_gates.image_opts +
                 reconciler.reconcile_opts)
 
-    def set_initialized(self):
+    def set_initialized(self) -> None:
         """Cinder's volume service is ready: start the reconciler."""
-        super(ForceDetachMixin, self).set_initialized()
+        # Cinder's driver class, after the mixin in the MRO, has it.
+        super(ForceDetachMixin, self).set_initialized()  # type: ignore[misc]
         if self.reconciler is None:
             self.reconciler = reconciler.Reconciler(self).start()
 
-    def get_volume_stats(self, refresh=False):
+    def get_volume_stats(self, refresh: bool = False) -> dict[str, Any]:
         """Cinder's stats, with the reconciler's counts in every pool.
 
         Only while the reconciler runs (an interval of 0 adds nothing).
         """
-        stats = super(ForceDetachMixin, self).get_volume_stats(refresh)
+        # Cinder's driver class, after the mixin in the MRO, has it.
+        stats = super(ForceDetachMixin,
+                      self).get_volume_stats(refresh)  # type: ignore[misc]
         if self.reconciler is None or not self.reconciler.running or (
                 not stats):
             return stats
@@ -145,7 +184,7 @@ class ForceDetachMixin(object):
 
     def force_detach(self, context: cinder_context.RequestContext,
                      volume: objects.Volume,
-                     connector: Optional[dict] = None,
+                     connector: Optional[dict[str, Any]] = None,
                      attachment_id: Optional[str] = None) -> None:
         """Detach *volume* from one host (connector) or all (None).
 
@@ -160,7 +199,7 @@ class ForceDetachMixin(object):
     #: Connector fields this driver cannot work without.
     required_connector_fields: tuple[str, ...] = ()
 
-    def validate_connector(self, connector: dict) -> None:
+    def validate_connector(self, connector: dict[str, Any]) -> None:
         """Refuse a connector with a missing or malformed field.
 
         Cinder calls it before ``create_export``/``initialize_connection``;
@@ -171,7 +210,7 @@ class ForceDetachMixin(object):
         connector_grammar.check(connector, self.required_connector_fields)
 
     def terminate_connection(self, volume: objects.Volume,
-                             connector: Optional[dict],
+                             connector: Optional[dict[str, Any]],
                              **kwargs: Any) -> bool:
         """Cinder's teardown of one host: the flow, without the database.
 
@@ -196,7 +235,9 @@ class ForceDetachMixin(object):
             cinder_context.get_admin_context(), self, volume,
             connector=connector, reset_database=False)
 
-    def _create_export_locked(self, context, volume, *args, **kwargs):
+    def _create_export_locked(self, context: cinder_context.RequestContext,
+                              volume: objects.Volume, *args: Any,
+                              **kwargs: Any) -> Optional[dict[str, Any]]:
         """Cinder's export before a grant, under the volume's lock.
 
         An export is several backend calls (a tgt target: CHAP account,
@@ -208,10 +249,13 @@ class ForceDetachMixin(object):
             return self.create_export_unlocked(context, volume, *args,
                                                **kwargs)
 
-    def _remove_export_locked(self, context, volume):
+    def _remove_export_locked(self, context: cinder_context.RequestContext,
+                              volume: objects.Volume) -> None:
         force_detach_flow.run_remove_export(context, self, volume)
 
-    def _initialize_connection_locked(self, volume, connector):
+    def _initialize_connection_locked(self, volume: objects.Volume,
+                                      connector: dict[str, Any]
+                                      ) -> dict[str, Any]:
         """Cinder's grant of access to a host, under the volume's lock.
 
         A force-detach that ended every attachment while this attach was
@@ -235,7 +279,9 @@ class ForceDetachMixin(object):
                     connector, fresh.volume_attachment)
             return self.initialize_connection_unlocked(volume, connector)
 
-    def _ensure_export_locked(self, context, volume):
+    def _ensure_export_locked(self, context: cinder_context.RequestContext,
+                              volume: objects.Volume
+                              ) -> Optional[dict[str, Any]]:
         """Cinder's re-export at start-up, under the volume's lock.
 
         Cinder read the volume before this service took the lock: another
@@ -255,7 +301,9 @@ class ForceDetachMixin(object):
                 return None
             return self.ensure_export_unlocked(context, volume)
 
-    def _check_grant(self, volume, connector):
+    def _check_grant(self, volume: objects.Volume,
+                     connector: Optional[dict[str, Any]]
+                     ) -> Optional[objects.Volume]:
         """Refuse a host a force-detach ended; the volume as read now.
 
         None when no connector is given (a driver reading its own
@@ -289,7 +337,8 @@ class ForceDetachMixin(object):
 
     # -- hooks a driver implements ----------------------------------------
 
-    def revoke_host_access(self, volume, connector):
+    def revoke_host_access(self, volume: objects.Volume,
+                           connector: Optional[dict[str, Any]]) -> bool:
         """Remove the backend's access and sessions for a host.
 
         *connector* None means every host.  Returns True when other hosts
@@ -298,8 +347,8 @@ class ForceDetachMixin(object):
         raise NotImplementedError()
 
     def fence_clients(self, volume: objects.Volume,
-                      connectors: list[Optional[dict]],
-                      keep_attachments: list) -> list[str]:
+                      connectors: list[Optional[dict[str, Any]]],
+                      keep_attachments: list[Any]) -> list[str]:
         """Cut off clients of the hosts in *connectors* that still hold it.
 
         None in *connectors* means every client that does not belong to
@@ -315,7 +364,7 @@ class ForceDetachMixin(object):
     #: nothing).
     audit_grants: bool = True
 
-    def audit_holders(self) -> dict:
+    def audit_holders(self) -> dict[str, list[host_access.Holder]]:
         """Who the backend lets reach each volume now, in one bulk read.
 
         ``{volume name: [cinder_forcedetach.audit.host_access.Holder]}`` for
@@ -326,7 +375,8 @@ class ForceDetachMixin(object):
         """
         raise NotImplementedError()
 
-    def volume_holders(self, volume: objects.Volume) -> Optional[list]:
+    def volume_holders(self, volume: objects.Volume
+                       ) -> Optional[list[host_access.Holder]]:
         """Who the backend lets reach *volume* now, or None if it cannot tell.
 
         ``[cinder_forcedetach.audit.host_access.Holder]``, read before every
@@ -340,7 +390,8 @@ class ForceDetachMixin(object):
             return None
 
     def local_connection_info(self, volume: objects.Volume,
-                              connector: dict) -> Optional[dict]:
+                              connector: dict[str, Any]
+                              ) -> Optional[dict[str, Any]]:
         """connection_info for this host when Cinder stored none."""
         return None
 
@@ -348,19 +399,22 @@ class ForceDetachMixin(object):
         """The volume as ``qemu-img convert`` names its output."""
         return self.local_path(volume)
 
-    def open_volume_for_write(self, volume: objects.Volume) -> BinaryIO:
+    def open_volume_for_write(self, volume: objects.Volume) -> VolumeFile:
         """A writable binary file object on the volume."""
         return open(self.local_path(volume), 'r+b')
 
     # -- the local host ------------------------------------------------------
 
     @staticmethod
-    def local_host_names():
+    def local_host_names() -> set[str]:
         """Names by which connectors may name this volume host."""
         names = {socket.gethostname(), CONF.host}
         return {n for n in names if n}
 
-    def disconnect_local_host(self, volume, connector, attachments):
+    def disconnect_local_host(self, volume: objects.Volume,
+                              connector: Optional[dict[str, Any]],
+                              attachments: Sequence[objects.VolumeAttachment]
+                              ) -> None:
         """Disconnect this host's connections to *volume* with os-brick."""
         if not self.configuration.safe_get(
                 'forcedetach_disconnect_local_host'):
@@ -391,8 +445,11 @@ class ForceDetachMixin(object):
 
     # -- reimage ---------------------------------------------------------
 
-    def copy_image_to_volume(self, context, volume, image_service, image_id,
-                             disable_sparse=False, discard=None):
+    def copy_image_to_volume(self, context: cinder_context.RequestContext,
+                             volume: objects.Volume, image_service: Any,
+                             image_id: str, disable_sparse: bool = False,
+                             discard: Optional[Callable[[], bool]] = None
+                             ) -> None:
         """Write the image onto the volume behind Cinder's image gates.
 
         A raw image is streamed (no temporary file) after the format
@@ -419,7 +476,9 @@ class ForceDetachMixin(object):
                       {'img': image_id, 'vol': volume.id, 'err': err})
             raise
 
-    def reimage(self, context, volume, image_service, image_id):
+    def reimage(self, context: cinder_context.RequestContext,
+                volume: objects.Volume, image_service: Any,
+                image_id: str) -> None:
         """Replace the volume's content by an image (server rebuild)."""
         if volume.status not in ('downloading', 'available', 'error',
                                  'reserved'):
@@ -437,7 +496,9 @@ class ForceDetachMixin(object):
     MANAGER_CONNECTION_KEYS = ('qos_specs', 'access_mode', 'encrypted',
                                'cacheable', 'discard', 'enforce_multipath')
 
-    def refresh_connection_info(self, context, attachment):
+    def refresh_connection_info(self, context: cinder_context.RequestContext,
+                                attachment: objects.VolumeAttachment
+                                ) -> dict[str, Any]:
         """Rebuild an attachment's connection_info from the backend.
 
         Runs :meth:`initialize_connection` again with the connector stored

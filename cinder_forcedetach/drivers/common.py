@@ -21,10 +21,13 @@ List :class:`~cinder_forcedetach.mixin.ForceDetachMixin` first::
         protocol = constants.FC
 """
 
+from __future__ import annotations
+
 import os
 import re
 import socket
 import stat
+from typing import Any, Iterable, Optional
 
 from cinder import context as cinder_context
 from cinder import exception
@@ -61,9 +64,9 @@ class FileVolumeDriver(driver.VolumeDriver):
     VERSION = '1.0.0'
     CI_WIKI_NAME = 'cinder-forcedetach_CI'
     DEFAULT_BACKEND_NAME = 'forcedetach'
-    protocol = None
+    protocol: Optional[str] = None
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super(FileVolumeDriver, self).__init__(*args, **kwargs)
         self.configuration.append_config_values(volume_file_opts)
         conf = self.configuration
@@ -72,24 +75,24 @@ class FileVolumeDriver(driver.VolumeDriver):
         self.store = files.FileStore(conf.forcedetach_volumes_dir,
                                      execute=self._execute)
 
-    def do_setup(self, context):
+    def do_setup(self, context: cinder_context.RequestContext) -> None:
         self.store.setup()
 
-    def local_path(self, volume):
+    def local_path(self, volume: objects.Volume) -> str:
         return self.store.path(volume.name)
 
     # -- volumes and snapshots ---------------------------------------------
 
-    def create_volume(self, volume):
+    def create_volume(self, volume: objects.Volume) -> None:
         self.store.create(volume.name, volume.size)
 
-    def delete_volume(self, volume):
+    def delete_volume(self, volume: objects.Volume) -> None:
         self.store.delete(volume.name)
 
-    def extend_volume(self, volume, new_size):
+    def extend_volume(self, volume: objects.Volume, new_size: int) -> None:
         self.store.resize(volume.name, new_size)
 
-    def discard_volume(self, volume):
+    def discard_volume(self, volume: objects.Volume) -> bool:
         """Deallocate the volume file, keeping its size; returns True.
 
         It then reads zeros, so an image written next may skip its own.
@@ -100,13 +103,15 @@ class FileVolumeDriver(driver.VolumeDriver):
         os.truncate(path, size)
         return True
 
-    def create_snapshot(self, snapshot):
+    def create_snapshot(self, snapshot: objects.Snapshot) -> None:
         self.store.copy(snapshot.volume_name, snapshot.name)
 
-    def delete_snapshot(self, snapshot):
+    def delete_snapshot(self, snapshot: objects.Snapshot) -> None:
         self.store.delete(snapshot.name)
 
-    def revert_to_snapshot(self, context, volume, snapshot):
+    def revert_to_snapshot(self, context: cinder_context.RequestContext,
+                           volume: objects.Volume,
+                           snapshot: objects.Snapshot) -> None:
         """Copy the snapshot over the volume, keeping the volume's size.
 
         Cinder reverts only an ``available`` volume, which is not exported:
@@ -116,15 +121,17 @@ class FileVolumeDriver(driver.VolumeDriver):
         """
         self.store.copy(snapshot.name, volume.name, size_gb=volume.size)
 
-    def create_volume_from_snapshot(self, volume, snapshot):
+    def create_volume_from_snapshot(self, volume: objects.Volume,
+                                    snapshot: objects.Snapshot) -> None:
         self.store.copy(snapshot.name, volume.name, size_gb=volume.size)
 
-    def create_cloned_volume(self, volume, src_vref):
+    def create_cloned_volume(self, volume: objects.Volume,
+                             src_vref: objects.Volume) -> None:
         self.store.copy(src_vref.name, volume.name, size_gb=volume.size)
 
     # -- manage and unmanage ------------------------------------------------
 
-    def _existing_file(self, existing_ref):
+    def _existing_file(self, existing_ref: dict[str, Any] | str) -> str:
         """The store file a manage reference names, checked; its name.
 
         The name is a client's: it must be a plain file name of the volumes
@@ -157,27 +164,37 @@ class FileVolumeDriver(driver.VolumeDriver):
             raise exception.ManageExistingAlreadyManaged(volume_ref=name)
         return name
 
-    def manage_existing_get_size(self, volume, existing_ref):
+    def manage_existing_get_size(self, volume: objects.Volume,
+                                 existing_ref: dict[str, Any] | str) -> int:
         return self.store.size_gb(self._existing_file(existing_ref))
 
-    def manage_existing(self, volume, existing_ref):
+    def manage_existing(self, volume: objects.Volume,
+                        existing_ref: dict[str, Any] | str) -> None:
         """Rename the file to the volume's name, grown to whole GiB."""
         self.store.adopt(self._existing_file(existing_ref), volume.name)
 
-    def unmanage(self, volume):
+    def unmanage(self, volume: objects.Volume) -> None:
         """Leave the file, under its name, for a later manage."""
 
-    def manage_existing_snapshot_get_size(self, snapshot, existing_ref):
+    def manage_existing_snapshot_get_size(
+            self, snapshot: objects.Snapshot,
+            existing_ref: dict[str, Any] | str) -> int:
         return self.store.size_gb(self._existing_file(existing_ref))
 
-    def manage_existing_snapshot(self, snapshot, existing_ref):
+    def manage_existing_snapshot(self, snapshot: objects.Snapshot,
+                                 existing_ref: dict[str, Any] | str) -> None:
         self.store.adopt(self._existing_file(existing_ref), snapshot.name)
 
-    def unmanage_snapshot(self, snapshot):
+    def unmanage_snapshot(self, snapshot: objects.Snapshot) -> None:
         """Leave the file, under its name, for a later manage."""
 
-    def _manageable(self, cinder_resources, snapshots, marker, limit,
-                    offset, sort_keys, sort_dirs):
+    def _manageable(self,
+                    cinder_resources: Iterable[objects.Volume |
+                                               objects.Snapshot],
+                    snapshots: bool, marker: Optional[dict[str, Any] | str],
+                    limit: Optional[int], offset: Optional[int],
+                    sort_keys: list[str], sort_dirs: list[str]
+                    ) -> list[dict[str, Any]]:
         """Files as Cinder's manageable list; a snapshot-<id> is one."""
         managed = {r['id'] for r in cinder_resources}
         entries = []
@@ -202,19 +219,29 @@ class FileVolumeDriver(driver.VolumeDriver):
         return volume_utils.paginate_entries_list(
             entries, marker, limit, offset, sort_keys, sort_dirs)
 
-    def get_manageable_volumes(self, cinder_volumes, marker, limit, offset,
-                               sort_keys, sort_dirs):
+    def get_manageable_volumes(self, cinder_volumes: list[objects.Volume],
+                               marker: Optional[dict[str, Any] | str],
+                               limit: Optional[int], offset: Optional[int],
+                               sort_keys: list[str], sort_dirs: list[str]
+                               ) -> list[dict[str, Any]]:
         return self._manageable(cinder_volumes, False, marker, limit, offset,
                                 sort_keys, sort_dirs)
 
-    def get_manageable_snapshots(self, cinder_snapshots, marker, limit,
-                                 offset, sort_keys, sort_dirs):
+    def get_manageable_snapshots(self,
+                                 cinder_snapshots: list[objects.Snapshot],
+                                 marker: Optional[dict[str, Any] | str],
+                                 limit: Optional[int], offset: Optional[int],
+                                 sort_keys: list[str], sort_dirs: list[str]
+                                 ) -> list[dict[str, Any]]:
         return self._manageable(cinder_snapshots, True, marker, limit,
                                 offset, sort_keys, sort_dirs)
 
     # -- retype and migration -----------------------------------------------
 
-    def retype(self, context, volume, new_type, diff, host):
+    def retype(self, context: cinder_context.RequestContext,
+               volume: objects.Volume, new_type: dict[str, Any],
+               diff: dict[str, Any], host: dict[str, Any]
+               ) -> tuple[bool, Optional[dict[str, Any]]]:
         """A file keeps nothing of its type: on this backend, retyped.
 
         Cinder calls it only when the volume stays on this backend (to a
@@ -223,12 +250,14 @@ class FileVolumeDriver(driver.VolumeDriver):
         """
         return True, None
 
-    def location_info(self):
+    def location_info(self) -> str:
         """``FileVolumeDriver:<machine>:<volumes dir>`` for the scheduler."""
         return '%s:%s:%s' % (LOCATION_KIND, socket.gethostname(),
                              self.store.directory)
 
-    def migrate_volume(self, context, volume, host):
+    def migrate_volume(self, context: cinder_context.RequestContext,
+                       volume: objects.Volume, host: dict[str, Any]
+                       ) -> tuple[bool, Optional[dict[str, Any]]]:
         """Copy a detached volume to a file backend of this machine.
 
         Cinder calls it for a migration or a retype (status
@@ -253,16 +282,19 @@ class FileVolumeDriver(driver.VolumeDriver):
         self.store.delete(volume.name)
         return True, None
 
-    def copy_volume_to_image(self, context, volume, image_service,
-                             image_meta):
+    def copy_volume_to_image(self, context: cinder_context.RequestContext,
+                             volume: objects.Volume, image_service: Any,
+                             image_meta: dict[str, Any]) -> None:
         volume_utils.upload_volume(context, image_service, image_meta,
                                    self.local_path(volume), volume)
 
-    def clone_image(self, context, volume, image_location, image_meta,
-                    image_service):
+    def clone_image(self, context: cinder_context.RequestContext,
+                    volume: objects.Volume, image_location: Any,
+                    image_meta: dict[str, Any], image_service: Any
+                    ) -> tuple[Optional[dict[str, Any]], bool]:
         return None, False
 
-    def _update_volume_stats(self):
+    def _update_volume_stats(self) -> None:
         total, free, allocated = self.store.capacity()
         self._stats = {
             'volume_backend_name': self.backend_name,

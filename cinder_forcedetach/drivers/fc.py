@@ -26,9 +26,12 @@ FC connector (force, ignore errors), unmaps, removes zones, and only then
 resets Cinder's database.
 """
 
+from __future__ import annotations
+
 import copy
 import hashlib
 import re
+from typing import Any, Iterable, Optional, Sequence, TYPE_CHECKING
 
 from cinder.common import constants
 from cinder import coordination
@@ -45,6 +48,12 @@ from cinder_forcedetach.drivers import common
 from cinder_forcedetach import host_access
 from cinder_forcedetach import mixin
 
+if TYPE_CHECKING:
+    from cinder import context as cinder_context
+    from cinder import objects
+    from oslo_config import cfg
+    from tooz import locking
+
 LOG = logging.getLogger(__name__)
 
 fc_opts = array_sqlite.fc_opts
@@ -60,20 +69,21 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
     DEFAULT_BACKEND_NAME = 'fc_forcedetach'
     protocol = constants.FC
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super(FibreChannelDriver, self).__init__(*args, **kwargs)
         self.configuration.append_config_values(fc_opts)
-        self.array = None
+        # None until do_setup, which Cinder runs before any other call.
+        self.array: array_base.FCArray = None  # type: ignore[assignment]
         self._lookup_service = fczm_utils.create_lookup_service()
 
     @staticmethod
-    def get_driver_options():
+    def get_driver_options() -> list[cfg.Opt]:
         return (mixin.ForceDetachMixin.get_driver_options() +
                 common.volume_file_opts + fc_opts)
 
     # -- setup ---------------------------------------------------------------
 
-    def create_array(self):
+    def create_array(self) -> array_base.FCArray:
         """The array of this backend; a vendor subclass returns its own."""
         conf = self.configuration
         try:
@@ -83,26 +93,26 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
                 option='forcedetach_fc_target_wwpns (%s)' % err,
                 value=conf.forcedetach_fc_target_wwpns)
 
-    def do_setup(self, context):
+    def do_setup(self, context: cinder_context.RequestContext) -> None:
         super(FibreChannelDriver, self).do_setup(context)
         self.array = self.create_array()
         self.array.setup()
 
-    def check_for_setup_error(self):
+    def check_for_setup_error(self) -> None:
         """Fail when the array has no target port to offer."""
         if not self.array.target_ports():
             raise exception.VolumeDriverException(
                 message=_('the FC array has no target ports: set '
                           'forcedetach_fc_target_wwpns'))
 
-    def _masking_lock(self):
+    def _masking_lock(self) -> locking.Lock:
         """Serialise masking and zoning of this array (all services)."""
         name = getattr(self.array, 'path', None) or self.backend_name
         digest = hashlib.sha256(name.encode()).hexdigest()[:16]
         return coordination.COORDINATOR.get_lock(
             'cinder-forcedetach-fc-%s' % digest)
 
-    def delete_volume(self, volume):
+    def delete_volume(self, volume: objects.Volume) -> None:
         """Remove any LUN map left on the array, then the volume file."""
         if self.array.hosts_of_volume(volume.name):
             LOG.warning('Volume %s is still mapped on the array; removing '
@@ -112,12 +122,12 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
     # -- connectors -----------------------------------------------------------
 
-    def validate_connector(self, connector):
+    def validate_connector(self, connector: dict[str, Any]) -> None:
         super(FibreChannelDriver, self).validate_connector(connector)
         self.connector_wwpns(connector)
 
     @staticmethod
-    def connector_wwpns(connector):
+    def connector_wwpns(connector: dict[str, Any]) -> list[str]:
         """The connector's WWPNs, normalised; InvalidConnector otherwise."""
         wwpns = connector.get('wwpns')
         if not isinstance(wwpns, (list, tuple)) or not wwpns:
@@ -139,17 +149,19 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
         return result
 
     @staticmethod
-    def array_host_name(connector, wwpns):
+    def array_host_name(connector: dict[str, Any],
+                        wwpns: Sequence[str]) -> str:
         """Name of the array host created for a connector."""
         name = _HOST_NAME_RE.sub('-', connector.get('host') or '')
         name = name.strip('-')[:63]
         return name or 'wwpn-%s' % wwpns[0]
 
-    def _initiator_target_map(self, wwpns, targets):
+    def _initiator_target_map(self, wwpns: list[str], targets: list[str]
+                              ) -> dict[str, list[str]]:
         """Which initiator reaches which target port (as zones are made)."""
         if not self._lookup_service:
             return {wwpn: list(targets) for wwpn in wwpns}
-        it_map = {}
+        it_map: dict[str, list[str]] = {}
         fabrics = self._lookup_service.get_device_mapping_from_network(
             wwpns, targets)
         for fabric in fabrics.values():
@@ -159,7 +171,9 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
                              if p not in ports)
         return it_map
 
-    def _connection_info(self, volume, lun, targets, it_map):
+    def _connection_info(self, volume: objects.Volume, lun: int,
+                         targets: Iterable[str],
+                         it_map: dict[str, list[str]]) -> dict[str, Any]:
         return {'driver_volume_type': 'fibre_channel',
                 'data': {'target_discovered': False,
                          'target_lun': lun,
@@ -170,18 +184,23 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
     # -- export (FC has none: access is LUN masking) --------------------------
 
-    def create_export(self, context, volume, connector):
+    def create_export(self, context: cinder_context.RequestContext,
+                      volume: objects.Volume,
+                      connector: dict[str, Any]) -> None:
         """Nothing to export: initialize_connection maps the LUN."""
 
-    def ensure_export(self, context, volume):
+    def ensure_export(self, context: cinder_context.RequestContext,
+                      volume: objects.Volume) -> None:
         """LUN maps live on the array and survive a service restart."""
 
-    def remove_export(self, context, volume):
+    def remove_export(self, context: cinder_context.RequestContext,
+                      volume: objects.Volume) -> None:
         """Nothing: Cinder calls it even while other hosts keep the LUN."""
 
     # -- connections ----------------------------------------------------------
 
-    def initialize_connection(self, volume, connector):
+    def initialize_connection(self, volume: objects.Volume,
+                              connector: dict[str, Any]) -> dict[str, Any]:
         """Map the volume to the connector's host and zone its initiators."""
         wwpns = self.connector_wwpns(connector)
         targets = self.array.target_ports()
@@ -208,7 +227,8 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
 
     # -- force-detach hooks ---------------------------------------------------
 
-    def revoke_host_access(self, volume, connector):
+    def revoke_host_access(self, volume: objects.Volume,
+                           connector: Optional[dict[str, Any]]) -> bool:
         """Unmap the volume from a host (all when None); remove idle zones.
 
         Zones of a host's initiators go only when the host has no LUN left
@@ -224,9 +244,11 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
                 hosts = set(self.array.hosts_of_volume(volume.name))
                 hosts.update(self._attached_hosts(volume))
                 remaining = self.array.unmap_volume(volume.name)
-                initiators = {h: self.array.host_wwpns(h) for h in hosts}
+                initiators: dict[Optional[str], Optional[list[str]]] = {
+                    h: self.array.host_wwpns(h) for h in hosts}
             else:
-                host = self.array.find_host(wwpns)
+                # wwpns is the connector's (not None) in this branch.
+                host = self.array.find_host(wwpns)  # type: ignore[arg-type]
                 if host is None:
                     remaining = sorted(self.array.hosts_of_volume(volume.name))
                 else:
@@ -236,7 +258,9 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
                 self.remove_zones(host, initiators[host], targets)
         return bool(remaining)
 
-    def remove_zones(self, host, wwpns, targets=None):
+    def remove_zones(self, host: Optional[str],
+                     wwpns: Optional[Sequence[str]],
+                     targets: Optional[Sequence[str]] = None) -> bool:
         """Remove the zones of *wwpns* unless *host* still has a LUN.
 
         The map pairs every initiator with every target port instead of
@@ -263,18 +287,19 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
                                                for w in wwpns}}})
         return True
 
-    def audit_holders(self):
+    def audit_holders(self) -> dict[str, list[host_access.Holder]]:
         """The array's LUN masking: a holder per mapped host (one read)."""
         return {volume: [_mapping_holder(host, wwpns)
                          for host, wwpns in sorted(hosts.items())]
                 for volume, hosts in self.array.masking().items()}
 
-    def volume_holders(self, volume):
+    def volume_holders(self, volume: objects.Volume
+                       ) -> list[host_access.Holder]:
         """The array hosts the volume's LUN is mapped to."""
         return [_mapping_holder(host, self.array.host_wwpns(host))
                 for host in sorted(self.array.hosts_of_volume(volume.name))]
 
-    def _attached_hosts(self, volume):
+    def _attached_hosts(self, volume: objects.Volume) -> set[str]:
         """Array hosts of the FC connectors of the volume's attachments."""
         hosts = set()
         for attachment in volume.volume_attachment or []:
@@ -288,14 +313,18 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
                 hosts.add(host)
         return hosts
 
-    def local_connection_info(self, volume, connector):
+    def local_connection_info(self, volume: objects.Volume,
+                              connector: dict[str, Any]
+                              ) -> Optional[dict[str, Any]]:
         """connection_info for this host while its LUN is still mapped."""
         try:
             wwpns = self.connector_wwpns(connector)
         except exception.InvalidConnectorException:
             return None
         host = self.array.find_host(wwpns)
-        lun = self.array.hosts_of_volume(volume.name).get(host)
+        # No such array host (None): no LUN either.
+        lun = self.array.hosts_of_volume(
+            volume.name).get(host)  # type: ignore[arg-type]
         if lun is None:
             return None
         targets = self.array.target_ports()
@@ -303,7 +332,7 @@ class FibreChannelDriver(mixin.ForceDetachMixin, common.FileVolumeDriver):
                                      {w: list(targets) for w in wwpns})
 
 
-def _mapping_holder(host, wwpns):
+def _mapping_holder(host: str, wwpns: Sequence[str]) -> host_access.Holder:
     """The audit's holder of a LUN mapped to array host *host*."""
     return host_access.Holder(
         'mapping', frozenset('wwpn:%s' % host_access.normalize_wwpn(w)

@@ -35,6 +35,10 @@ force-detach still runs the flow, with upstream's
 so in a warning.
 """
 
+from __future__ import annotations
+
+from typing import Any, Optional, TYPE_CHECKING
+
 from cinder import interface
 from cinder.volume.drivers import lvm as upstream_lvm
 from oslo_log import log as logging
@@ -42,6 +46,12 @@ from oslo_log import log as logging
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import mixin
 from cinder_forcedetach.targets import cinder_tgt
+
+if TYPE_CHECKING:
+    from cinder import objects
+    from oslo_config import cfg
+
+    from cinder_forcedetach import host_access
 
 LOG = logging.getLogger(__name__)
 
@@ -56,7 +66,7 @@ class LVMVolumeDriver(mixin.ForceDetachMixin, upstream_lvm.LVMVolumeDriver):
     CI_WIKI_NAME = 'cinder-forcedetach_CI'
 
     @classmethod
-    def get_driver_options(cls):
+    def get_driver_options(cls) -> list[cfg.Opt]:
         return (upstream_lvm.LVMVolumeDriver.get_driver_options() +
                 mixin.ForceDetachMixin.get_driver_options() +
                 cinder_tgt.tgt_opts)
@@ -64,28 +74,30 @@ class LVMVolumeDriver(mixin.ForceDetachMixin, upstream_lvm.LVMVolumeDriver):
     # Cinder's BaseVD sets the helper -> target driver mapping, and
     # upstream's __init__ reads it right after: ours serves tgtadm.
     @property
-    def target_mapping(self):
+    def target_mapping(self) -> dict[str, str]:
         return self._target_mapping
 
     @target_mapping.setter
-    def target_mapping(self, mapping):
+    def target_mapping(self, mapping: dict[str, str]) -> None:
         mapping = dict(mapping)
         mapping['tgtadm'] = TGT_TARGET
         self._target_mapping = mapping
 
     @property
-    def our_target(self):
+    def our_target(self) -> bool:
         """Whether the target driver is ours (target_helper = tgtadm)."""
         return isinstance(self.target_driver, cinder_tgt.TgtTarget)
 
     # -- connections -------------------------------------------------------
 
-    def validate_connector(self, connector):
+    # Any: the target driver's answer (Cinder's iSCSI targets: True).
+    def validate_connector(self, connector: dict[str, Any]) -> Any:
         """The connector grammar, then what the target driver needs."""
         super(LVMVolumeDriver, self).validate_connector(connector)
         return self.target_driver.validate_connector(connector)
 
-    def initialize_connection(self, volume, connector):
+    def initialize_connection(self, volume: objects.Volume,
+                              connector: dict[str, Any]) -> dict[str, Any]:
         """On our tgt target, a lost export is made again from the LV.
 
         See ``VolumeExports.connect`` in
@@ -97,18 +109,21 @@ class LVMVolumeDriver(mixin.ForceDetachMixin, upstream_lvm.LVMVolumeDriver):
         return super(LVMVolumeDriver, self).initialize_connection(
             volume, connector)
 
-    def local_connection_info(self, volume, connector):
+    def local_connection_info(self, volume: objects.Volume,
+                              connector: dict[str, Any]
+                              ) -> Optional[dict[str, Any]]:
         if self.our_target:
             return self.target_driver.local_connection_info(volume)
         return None
 
-    def audit_holders(self):
+    def audit_holders(self) -> dict[str, list[host_access.Holder]]:
         """On our tgt target: its ACL entries and sessions (one read)."""
         if not self.our_target:
             raise NotImplementedError()
         return self.target_driver.exports.holders()
 
-    def volume_holders(self, volume):
+    def volume_holders(self, volume: objects.Volume
+                       ) -> Optional[list[host_access.Holder]]:
         """On our tgt target: the volume's ACL entries and sessions."""
         if not self.our_target:
             return None
@@ -116,7 +131,8 @@ class LVMVolumeDriver(mixin.ForceDetachMixin, upstream_lvm.LVMVolumeDriver):
 
     # -- force-detach hooks ------------------------------------------------
 
-    def revoke_host_access(self, volume, connector):
+    def revoke_host_access(self, volume: objects.Volume,
+                           connector: Optional[dict[str, Any]]) -> bool:
         """Unbind the host's initiator and drop its sessions (None: all).
 
         On our tgt target: see

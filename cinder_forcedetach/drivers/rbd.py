@@ -35,6 +35,10 @@ clone depth) with :class:`~cinder_forcedetach.mixin.ForceDetachMixin`:
 The Ceph client work lives in :mod:`cinder_forcedetach.ceph`.
 """
 
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, TYPE_CHECKING
+
 from cinder import exception
 from cinder import interface
 from cinder.volume import configuration
@@ -50,6 +54,10 @@ from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import host_access
 from cinder_forcedetach import image_gates
 from cinder_forcedetach import mixin
+
+if TYPE_CHECKING:
+    from cinder import context as cinder_context
+    from cinder import objects
 
 LOG = logging.getLogger(__name__)
 CONF = cfg.CONF
@@ -100,18 +108,18 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
 
     CI_WIKI_NAME = 'cinder-forcedetach_CI'
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super(RBDDriver, self).__init__(*args, **kwargs)
         self.configuration.append_config_values(rbd_opts)
 
     @classmethod
-    def get_driver_options(cls):
+    def get_driver_options(cls) -> list[cfg.Opt]:
         return (upstream_rbd.RBDDriver.get_driver_options() +
                 mixin.ForceDetachMixin.get_driver_options() + rbd_opts)
 
     # -- the Ceph layer, on the cluster the driver serves now --------------
 
-    def _access(self):
+    def _access(self) -> cluster.Access:
         """How to reach the active cluster (replication failover aware).
 
         Needs no ``do_setup``: the fence commands reach the cluster only
@@ -126,46 +134,53 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
                               keyring=config.forcedetach_rbd_keyring,
                               timeout=config.forcedetach_rbd_timeout)
 
-    def _fencing(self):
+    def _fencing(self) -> fencing.Fencing:
         config = self.configuration
         return fencing.Fencing(
             self._access(), config.rbd_pool,
             config.forcedetach_rbd_blocklist_expire_seconds,
             config.forcedetach_rbd_fence_verify_timeout)
 
-    def _images(self):
+    def _images(self) -> rbd_io.Images:
         return rbd_io.Images(self._access(), self.configuration.rbd_pool,
                              self._execute)
 
     # -- connections -------------------------------------------------------
 
-    def validate_connector(self, connector):
+    def validate_connector(self, connector: dict[str, Any]) -> None:
         super(RBDDriver, self).validate_connector(connector)
         if not (connector.get('ip') or connector.get('host')):
             raise exception.InvalidConnectorException(
                 missing='ip or host (the address its RBD clients use)')
 
-    def local_connection_info(self, volume, connector):
+    def local_connection_info(self, volume: objects.Volume,
+                              connector: dict[str, Any]) -> dict[str, Any]:
         # Called by the flow, which holds the volume's lock already.
         return self.initialize_connection_unlocked(volume, connector)
 
     # -- force-detach hooks ------------------------------------------------
 
-    def revoke_host_access(self, volume, connector):
+    def revoke_host_access(self, volume: objects.Volume,
+                           connector: Optional[dict[str, Any]]) -> bool:
         """Nothing to revoke on a target: say whether other hosts stay."""
         if connector is None:
             return False
         return bool(fd_attachments.of_other_hosts(volume.volume_attachment,
                                                   connector))
 
-    def fence_clients(self, volume, connectors, keep_attachments):
+    def fence_clients(self, volume: objects.Volume,
+                      connectors: list[Optional[dict[str, Any]]],
+                      keep_attachments: list[Any]) -> list[str]:
         """Blocklist the clients of *connectors* that hold the image.
 
         See :meth:`cinder_forcedetach.ceph.fencing.Fencing.fence`.
         """
         return self._fencing().fence(volume, connectors, keep_attachments)
 
-    def fence_host(self, context, host_connector, volumes, ip_wide=False):
+    def fence_host(self, context: cinder_context.RequestContext,
+                   host_connector: dict[str, Any],
+                   volumes: Iterable[objects.Volume], ip_wide: bool = False
+                   ) -> force_detach_flow.HostTeardown:
         """Force-detach one host from many volumes at once (a host fence).
 
         Every volume goes through the force-detach flow, as
@@ -188,7 +203,8 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
         self.validate_connector(host_connector)
         fences = self._fencing()
 
-        def fence_many(requests):
+        def fence_many(requests: list[force_detach_flow.FenceRequest]
+                       ) -> dict[str, list[str] | BaseException]:
             # The flow revokes host_connector on every volume; anything
             # else is left to fence_clients, volume by volume.
             ours = [(volume, remaining) for volume, revoke, remaining
@@ -201,12 +217,13 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
         return force_detach_flow.run_host(context, self, volumes,
                                           host_connector, fence_many)
 
-    def list_fences(self, volume=None):
+    def list_fences(self, volume: Optional[objects.Volume] = None
+                    ) -> list[dict[str, Any]]:
         """Recorded fences (of *volume*, or all), with ``active`` flags."""
         return self._fencing().list(volume.id if volume is not None
                                     else None)
 
-    def lift_fence(self, volume_or_addr):
+    def lift_fence(self, volume_or_addr: objects.Volume | str) -> list[str]:
         """Lift the fences of a volume (object or id) or of one address."""
         value = getattr(volume_or_addr, 'id', volume_or_addr)
         if value is not volume_or_addr or not (
@@ -220,7 +237,7 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
     #: do_setup would wait for librados' default timeouts.
     audit_needs_setup = False
 
-    def audit_holders(self):
+    def audit_holders(self) -> dict[str, list[host_access.Holder]]:
         """Live clients of every image of the pool, keyed by their IP.
 
         Neither this driver's own client nor fenced ones.
@@ -228,20 +245,22 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
         return {name: [_client_holder(kind, addr) for kind, addr in clients]
                 for name, clients in self._fencing().holders().items()}
 
-    def volume_holders(self, volume):
+    def volume_holders(self, volume: objects.Volume
+                       ) -> list[host_access.Holder]:
         """The live clients of the volume's image (one connection)."""
         return [_client_holder(kind, addr) for kind, addr in
                 self._fencing().image_holders(volume.name)]
 
     # -- images ------------------------------------------------------------
 
-    def image_destination(self, volume):
+    def image_destination(self, volume: objects.Volume) -> str:
         return self._images().qemu_spec(volume.name)
 
-    def open_volume_for_write(self, volume):
+    def open_volume_for_write(self, volume: objects.Volume
+                              ) -> rbd_io.ImageFile:
         return self._images().open_file(volume.name)
 
-    def _get_rbd_handle(self, volume):
+    def _get_rbd_handle(self, volume: objects.Volume) -> rbd_io.ImageFile:
         """Upstream's upload source, opened with this driver's keyring.
 
         Upstream opens it through os-brick, which wants the keyring in
@@ -250,11 +269,12 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
         """
         return self._images().open_file(volume.name, read_only=True)
 
-    def discard_volume(self, volume):
+    def discard_volume(self, volume: objects.Volume) -> bool:
         self._images().discard_all(volume.name)
         return True
 
-    def _is_cloneable(self, image_location, image_meta):
+    def _is_cloneable(self, image_location: str,
+                      image_meta: dict[str, Any]) -> bool:
         """Upstream's test, and the image's head must pass as raw."""
         if not super(RBDDriver, self)._is_cloneable(image_location,
                                                     image_meta):
@@ -270,8 +290,12 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
             return False
         return True
 
-    def copy_image_to_volume(self, context, volume, image_service, image_id,
-                             disable_sparse=False):
+    # Upstream's signature: no *discard* (this driver's discard_volume is
+    # the mixin's default); returns the path taken, which Cinder ignores.
+    def copy_image_to_volume(  # type: ignore[override]
+            self, context: cinder_context.RequestContext,
+            volume: objects.Volume, image_service: Any, image_id: str,
+            disable_sparse: bool = False) -> Optional[str]:
         """Write an image onto the volume behind Cinder's image gates.
 
         * a raw image in this cluster (``rbd://fsid/pool/image/snap``)
@@ -316,20 +340,20 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
             context, volume, image_service, image_id,
             disable_sparse=disable_sparse)
 
-    def _clone_features(self, volume):
+    def _clone_features(self, volume: objects.Volume) -> Optional[int]:
         """Features of a clone that becomes *volume* (None: the parent's)."""
         if volume.multiattach:
             return self.RBD_FEATURE_LAYERING
         return None
 
-    def delete_volume(self, volume):
+    def delete_volume(self, volume: objects.Volume) -> None:
         """Upstream's delete, and what an interrupted reimage left."""
         super(RBDDriver, self).delete_volume(volume)
         if (volume.admin_metadata or {}).get(REIMAGE_MARK):
             self._images().remove_reimage_leftovers(volume.name)
 
 
-def _client_holder(kind, addr):
+def _client_holder(kind: str, addr: str) -> host_access.Holder:
     """The audit's holder of a librbd client, keyed by its IP."""
     ip = fencing.addr_ip(addr)
     return host_access.Holder(kind, frozenset({'ip:' + ip}), addr, {'ip': ip})
