@@ -49,6 +49,7 @@ Usage (from the repository root)::
 """
 
 import argparse
+from concurrent import futures
 import configparser
 import json
 import os
@@ -56,6 +57,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,6 +71,8 @@ from tests.support import id_lists  # noqa: E402
 STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
 EXCLUDE = os.path.join(REPO, 'tools', 'tempest-exclude.txt')
 SKIPS = os.path.join(REPO, 'tools', 'tempest-skips.txt')
+# One run's report at a time (the backends' runs go side by side).
+_PRINT_LOCK = threading.Lock()
 SKIP_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?)(?:\[\S*\])?)'
                        r'(?: \[[\d.]+s\])? \.\.\. SKIPPED', re.MULTILINE)
 # The runs a line of tools/tempest-skips.txt can name.
@@ -90,6 +94,8 @@ def box_env(state, backend):
     """A fresh --nova box on free loopback ports, on *backend*."""
     env = fakes.box_env(state, nova=True, ceph=backend == 'rbd')
     env['STACK_BACKENDS'] = BOX_BACKENDS.get(backend, backend)
+    # main() ran the install step once (tools/stack.sh install).
+    env['STACK_SKIP_INSTALL'] = '1'
     if backend == 'rbd':
         # A backup attaches its volume on the backup host: an RBD volume
         # through librbd; an iSCSI one would need the kernel initiator.
@@ -309,8 +315,10 @@ def run_one(args, backend, state_dir=None):
     """One box on *backend* (or the running box in *state_dir*), one run.
 
     Returns (ran, passed, skipped, failed, seconds, ok, skipped ids), a
-    class skipped as a whole counted as its tests.
+    class skipped as a whole counted as its tests.  What it prints comes
+    in one block at the end (runs on several backends go side by side).
     """
+    report = []
     venv_bin = os.path.join(REPO, '.venv', 'bin')
     own_box = not state_dir
     state = state_dir or tempfile.mkdtemp(prefix='cfd-tempest-%s-' % backend)
@@ -321,7 +329,8 @@ def run_one(args, backend, state_dir=None):
             up = subprocess.run([STACK_SH, 'up'], env=env,
                                 capture_output=True, text=True, timeout=900)
             if up.returncode:
-                sys.stderr.write(up.stderr[-3000:])
+                report.append('tempest[%s]: the box did not come up:\n%s'
+                              % (backend, up.stderr[-3000:]))
                 return 0, 0, 0, 0, 0, False, set()
         workspace = os.path.join(state, 'tempest')
         if not os.path.isdir(workspace):
@@ -343,10 +352,10 @@ def run_one(args, backend, state_dir=None):
              '--concurrency', str(args.concurrency)],
             cwd=workspace, env=run_env, capture_output=True, text=True)
         seconds = time.monotonic() - started
-        sys.stdout.write(run.stdout[-20000:])
+        report.append(run.stdout[-20000:].rstrip('\n'))
         for test_id in sorted({a or b for a, b in
                                FAILED_LINE.findall(run.stdout)}):
-            print('tempest[%s]: FAILED %s' % (backend, test_id))
+            report.append('tempest[%s]: FAILED %s' % (backend, test_id))
         skipped_tests, skipped_classes = skip_events(run.stdout)
         class_counts = {}
         if skipped_classes:
@@ -355,29 +364,34 @@ def run_one(args, backend, state_dir=None):
             listed = list_tests(workspace, conf, args.regex, run_env,
                                 venv_bin)
             if listed is None:
-                print('tempest[%s]: tempest run --list-tests failed: each '
-                      'class skip counted as 1' % backend)
+                report.append('tempest[%s]: tempest run --list-tests '
+                              'failed: each class skip counted as 1'
+                              % backend)
                 listed = []
             class_counts = class_test_counts(skipped_classes, listed)
             for class_id, count in sorted(class_counts.items()):
-                print('tempest[%s]: class skipped: %s (%d tests)' % (
-                    backend, class_id, count))
+                report.append('tempest[%s]: class skipped: %s (%d tests)'
+                              % (backend, class_id, count))
         ran, passed, skipped, failed = count_class_skips(
             summary(run.stdout), class_counts)
         skipped_here = skipped_tests | skipped_classes
         unlisted = unlisted_skips(backend, skipped_here, listed_skips())
         for test_id, why in unlisted:
-            print('tempest[%s]: skipped, with no reason for this run in %s '
-                  '(%s): %s' % (backend, os.path.relpath(SKIPS, REPO), why,
-                                test_id))
-        print('tempest[%s]: ran %d, passed %d, skipped %d, failed %d (%d s)'
-              % (backend, ran, passed, skipped, failed, seconds), flush=True)
+            report.append('tempest[%s]: skipped, with no reason for this '
+                          'run in %s (%s): %s' % (
+                              backend, os.path.relpath(SKIPS, REPO), why,
+                              test_id))
+        report.append('tempest[%s]: ran %d, passed %d, skipped %d, failed '
+                      '%d (%d s)' % (backend, ran, passed, skipped, failed,
+                                     seconds))
         ok = run.returncode == 0 and not failed and ran and not unlisted
         return ran, passed, skipped, failed, seconds, ok, skipped_here
     finally:
         if own_box and not args.keep:
             subprocess.run([STACK_SH, 'down', '--purge'], env=env,
                            capture_output=True, timeout=300)
+        with _PRINT_LOCK:
+            print('\n'.join(report), flush=True)
 
 
 def main(argv=None):
@@ -396,7 +410,20 @@ def main(argv=None):
         runs = [run_one(args, backends[0], args.state_dir)]
     else:
         backends = args.backends.split(',')
-        runs = [run_one(args, backend) for backend in backends]
+        # Each backend's box and run side by side: tempest and the boxes
+        # mostly wait (API round trips, waiters' polls, backups).  What
+        # the boxes need is installed once, first: two pip runs in one
+        # venv would race.
+        install = subprocess.run([STACK_SH, 'install'], capture_output=True,
+                                 text=True)
+        if install.returncode:
+            sys.stderr.write(install.stderr[-3000:])
+            print('tempest: FAILED: tools/stack.sh install exited %d'
+                  % install.returncode)
+            return 1
+        with futures.ThreadPoolExecutor(len(backends)) as pool:
+            runs = list(pool.map(lambda backend: run_one(args, backend),
+                                 backends))
     total = [sum(r[i] for r in runs) for i in range(5)]
     unproduced = []
     if args.regex == DEFAULT_REGEX:

@@ -4,6 +4,7 @@
 # tgtd, all on loopback, all state under ./state (git-ignored).
 #
 # Usage: tools/stack.sh [--state-dir DIR] up [options] | down [--purge] | status | env
+#        tools/stack.sh install
 #
 #   up      install what is missing (apt: rabbitmq-server tgt libiscsi-bin
 #           qemu-utils qemu-block-extra; a venv at ./.venv with this repo
@@ -12,6 +13,9 @@
 #   down    stop exactly the processes `up` started (pid files).
 #   status  report each service; exit 0 when everything is up, 3 otherwise.
 #   env     print `export OS_...` lines: eval "$(tools/stack.sh env)".
+#   install only the install step of `up` (and Ceph's packages), e.g. once
+#           before several boxes come up side by side with
+#           STACK_SKIP_INSTALL=1 (their pip runs would race in the venv).
 #
 # Ports, directories and backends: STACK_* variables or `up` options, see
 # `tools/stack.sh up --help` and doc/deployment.md.  STACK_SKIP_INSTALL=1
@@ -110,6 +114,13 @@ command_of() {
 
 case "$(command_of "$@")" in
     up) ensure_installed ;;
+    install)
+        STACK_SKIP_INSTALL=0 ensure_installed
+        if [ -x "$ROOT/tools/install-ceph.sh" ]; then
+            bash "$ROOT/tools/install-ceph.sh" "$VENV" >&2 \
+                || die "tools/install-ceph.sh failed"
+        fi
+        exit 0 ;;
 esac
 
 PY="$VENV/bin/python"

@@ -216,18 +216,34 @@ class ClassSkipCountTestCase(testtools.TestCase):
 class MainTestCase(testtools.TestCase):
     """main(): the closing line, and the listed skips no run made."""
 
-    def _main(self, skipped_by):
+    def _main(self, skipped_by, install_rc=0):
         skips = run_tempest.parse_skips(LINES)
+        runs = []
 
         def run_one(args, backend, state_dir=None):
+            runs.append(backend)
             return (100, 90, 10, 0, 60, True, skipped_by[backend])
         out = io.StringIO()
+        install = mock.Mock(returncode=install_rc, stderr='')
         with mock.patch.object(run_tempest, 'run_one', run_one), \
                 mock.patch.object(run_tempest, 'listed_skips',
                                   return_value=skips), \
+                mock.patch.object(run_tempest.subprocess, 'run',
+                                  return_value=install) as subprocess_run, \
                 mock.patch('sys.stdout', out):
             rc = run_tempest.main([])
+        # The box's install step, once, before the boxes of both runs.
+        subprocess_run.assert_called_once_with(
+            [run_tempest.STACK_SH, 'install'], capture_output=True,
+            text=True)
+        self.assertEqual([] if install_rc else ['rbd', 'tgt'], sorted(runs))
         return rc, out.getvalue().splitlines()
+
+    def test_a_failed_install_runs_no_box(self):
+        rc, lines = self._main({}, install_rc=1)
+        self.assertEqual(1, rc)
+        self.assertEqual(
+            ['tempest: FAILED: tools/stack.sh install exited 1'], lines)
 
     def test_all_listed_skips_made(self):
         rc, lines = self._main({'tgt': {BACKUP, REPL, SNAP_BACKUP},
