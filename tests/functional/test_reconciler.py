@@ -146,7 +146,7 @@ class ReconcilerTestCase(base.CinderTgtTestCase):
         _att, info = self.attach(vol, 'compute1')
         self.login(info, 'compute1')
         self.reset_status(vol, status='available', attach_status='detached')
-        report = reconciler.runner.run(
+        report = reconciler.scan.run(
             self.ctxt, {rec.backend: self.driver},
             base.CONF.volume_name_template,
             reconciler.sources.backend_resolver(None, [rec.backend]))
