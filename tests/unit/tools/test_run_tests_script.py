@@ -170,6 +170,13 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self.assertEqual('tests: 3 passed, 1 failed, 1 skipped, '
                          '1 expected failures', closing)
         self.assertNotEqual(0, rc)
+        # The failed test, named with its last traceback line just before
+        # the closing line: a report that shows only the tail names it.
+        tail = out.splitlines()[-8:]
+        failed = tail.index('failed tests:')
+        self.assertEqual('tests.unit.test_c.FailTestCase.test_fail (fail)',
+                         tail[failed + 1])
+        self.assertEqual('AssertionError: boom', tail[failed + 4].strip())
 
     def test_clean_run_passes(self):
         self._write('tests/unit/test_a.py', PASSING)
@@ -191,6 +198,8 @@ class RunTestsScriptTestCase(testtools.TestCase):
                          closing)
         self.assertNotEqual(0, rc)
         self.assertIn('no_such_module_for_run_tests', out)
+        self.assertIn('failed tests:\nfunctional: the run itself (stestr '
+                      'exited ', out)
 
     def test_failed_unit_discovery_does_not_count_an_older_run(self):
         self._write('tests/unit/test_a.py', PASSING)
