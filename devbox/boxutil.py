@@ -14,6 +14,7 @@
 
 import configparser
 import os
+import shutil
 import socket
 import sys
 import time
@@ -22,6 +23,8 @@ import urllib.request
 
 #: The box's one Keystone region.
 REGION = 'RegionOne'
+#: System directories root has, where PATH may not reach.
+SBIN = '/usr/sbin:/usr/bin:/sbin:/bin'
 
 
 class StackError(Exception):
@@ -31,6 +34,11 @@ class StackError(Exception):
 def log(msg):
     sys.stderr.write('stack: %s\n' % msg)
     sys.stderr.flush()
+
+
+def which(name):
+    """*name* on PATH, or in the system directories root has."""
+    return shutil.which(name) or shutil.which(name, path=SBIN)
 
 
 def port_open(host, port, timeout=0.5):

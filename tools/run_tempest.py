@@ -63,7 +63,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from devbox import nova_box  # noqa: E402
+from devbox import boxutil  # noqa: E402
+from devbox.services import cinder  # noqa: E402
+from devbox.services import neutron  # noqa: E402
+from devbox.services import nova  # noqa: E402
 from devbox import stack as stack_mod  # noqa: E402
 from tests import fakes  # noqa: E402
 from tests.support import id_lists  # noqa: E402
@@ -105,8 +108,8 @@ def box_env(state, backend):
 
 def upload_image(box):
     """A public 1 MiB raw image in the box's Glance, as the admin."""
-    return box.glance_upload('cfd-tempest', os.urandom(1 << 20),
-                             visibility='public')
+    return box.service('glance-api').upload(
+        box.ctx, 'cfd-tempest', os.urandom(1 << 20), visibility='public')
 
 
 def write_conf(state, workspace, image_id, image_alt_id):
@@ -117,7 +120,7 @@ def write_conf(state, workspace, image_id, image_alt_id):
         password = json.load(f)['admin_password']
     keystone = 'http://%s:%d/v3' % (info['host'], info['keystone_port'])
     backends = [name for name, _driver in info['backends']]
-    rbd = all(driver == stack_mod.RBD_DRIVER
+    rbd = all(driver == cinder.RBD_DRIVER
               for _name, driver in info['backends'])
     conf = configparser.RawConfigParser()
     conf['DEFAULT'] = {'log_dir': workspace, 'log_file': 'tempest.log'}
@@ -130,13 +133,13 @@ def write_conf(state, workspace, image_id, image_alt_id):
         # in one class of a run (CI22); not seen since, cause not found.
         'create_isolated_networks': 'False'}
     conf['identity'] = {'uri_v3': keystone, 'auth_version': 'v3',
-                        'region': stack_mod.REGION}
+                        'region': boxutil.REGION}
     conf['identity-feature-enabled'] = {'api_v2': 'False'}
-    flavor, flavor_alt = [f[1] for f in nova_box.FLAVORS]
+    flavor, flavor_alt = [f[1] for f in nova.FLAVORS]
     conf['compute'] = {'image_ref': image_id, 'image_ref_alt': image_alt_id,
-                       'fixed_network_name': nova_box.NETWORK,
+                       'fixed_network_name': neutron.NETWORK,
                        'flavor_ref': flavor, 'flavor_ref_alt': flavor_alt,
-                       'region': stack_mod.REGION, 'build_timeout': '180',
+                       'region': boxutil.REGION, 'build_timeout': '180',
                        'min_compute_nodes': '1',
                        'max_microversion': 'latest'}
     # Nova's fake virt driver: no console, no guest to reach over SSH.
@@ -154,9 +157,9 @@ def write_conf(state, workspace, image_id, image_alt_id):
     # agent forwards packets, so nothing is reachable from outside.
     conf['network'] = {'project_network_cidr': '10.100.0.0/16',
                        'project_networks_reachable': 'False',
-                       'region': stack_mod.REGION}
+                       'region': boxutil.REGION}
     conf['volume'] = {
-        'catalog_type': 'block-storage', 'region': stack_mod.REGION,
+        'catalog_type': 'block-storage', 'region': boxutil.REGION,
         'storage_protocol': 'ceph' if rbd else 'iSCSI',
         'vendor_name': 'Open Source',
         'backend_names': ','.join(backends), 'build_timeout': '180',
@@ -307,7 +310,7 @@ def box_backend(state):
     """``rbd`` or ``tgt``: the run a running box in *state* makes."""
     with open(os.path.join(state, 'stack.json')) as f:
         info = json.load(f)
-    return ('rbd' if all(driver == stack_mod.RBD_DRIVER
+    return ('rbd' if all(driver == cinder.RBD_DRIVER
                          for _name, driver in info['backends']) else 'tgt')
 
 

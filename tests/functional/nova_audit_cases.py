@@ -25,12 +25,12 @@ volumes only.
 import json
 import uuid
 
-from devbox import nova_box
+from devbox.services import nova as nova_service
 from tests.support import cutoff
 
 #: The compute host's initiator (tools/nova_compute.py, which imports Nova:
 #: not here, where eventlet is already imported).
-BOX_IQN = 'iqn.2010-10.org.openstack.box:' + nova_box.COMPUTE_HOST
+BOX_IQN = 'iqn.2010-10.org.openstack.box:' + nova_service.COMPUTE_HOST
 
 
 class NovaAuditCases(object):
@@ -38,9 +38,10 @@ class NovaAuditCases(object):
 
     def audit(self, *args):
         """(exit code, this box's findings by volume) of one audit run."""
-        res = self.shell(self.box.manage_command(
-            '--format json audit --grace 0 %s --config-file %s' % (
-                ' '.join(args), self.box.conf_path)))
+        cinder, ctx = self.box.service('cinder'), self.box.ctx
+        res = self.shell(cinder.manage_command(
+            ctx, '--format json audit --grace 0 %s --config-file %s' % (
+                ' '.join(args), cinder.conf_path(ctx))))
         try:
             data = json.loads(res.stdout)
         except ValueError:
@@ -48,7 +49,7 @@ class NovaAuditCases(object):
                 res.returncode, res.stdout, res.stderr[-3000:]))
         self.assertTrue(data['summary']['nova consulted'],
                         'the audit did not read Nova: %s' % data)
-        password = self.box.authtoken_section('cinder')['password']
+        password = self.box.ctx.secrets()['cinder_password']
         self.assertNotIn(password, res.stdout + res.stderr)
         by_volume = {}
         for row in data['findings']:
@@ -67,7 +68,7 @@ class NovaAuditCases(object):
         vol_id = self.new_volume('forgot-data')
         server_id = self.boot('forgot', boot_id)
         boot_host = self.compute_session(boot_id)
-        connector = {'initiator': BOX_IQN, 'host': nova_box.COMPUTE_HOST,
+        connector = {'initiator': BOX_IQN, 'host': nova_service.COMPUTE_HOST,
                      'ip': '127.0.0.1', 'multipath': False,
                      'platform': 'x86_64', 'os_type': 'linux'}
         att = self.api('POST', '/attachments', {'attachment': {
@@ -82,7 +83,7 @@ class NovaAuditCases(object):
         code, found = self.audit()
         self.assertEqual(3, code, found)
         self.assertEqual([('attachment_without_bdm', att['id'], server_id,
-                           nova_box.COMPUTE_HOST)],
+                           nova_service.COMPUTE_HOST)],
                          [(r['case'], r['attachment'], r['instance'],
                            r['host']) for r in found[vol_id]])
         self.assertNotIn(boot_id, found)
@@ -116,8 +117,9 @@ class NovaAuditCases(object):
             'volume_uuid': reserved_id,
             'instance_uuid': str(uuid.uuid4())}})['attachment']
         self.attach(server_id, vol_id)
-        res = self.shell(self.box.manage_command(
-            '--service-token volume force-detach %s' % vol_id, 'service'))
+        res = self.shell(self.box.service('cinder').manage_command(
+            self.box.ctx, '--service-token volume force-detach %s' % vol_id,
+            'service'))
         self.assertEqual(0, res.returncode, res.stderr)
         self.assertEqual({boot_id, vol_id}, self.nova_volumes(server_id))
 

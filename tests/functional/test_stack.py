@@ -39,7 +39,7 @@ import time
 import testtools
 
 from cinder_forcedetach.conformance import initiator as qemu_io
-from devbox import stack as stack_mod
+from devbox import process
 from tests import fakes
 from tests.support import cutoff
 from tests.support import waiting
@@ -116,7 +116,7 @@ class StackSmokeTestCase(testtools.TestCase):
                 rec = json.load(f)
             found.append((rec['name'], rec['pid'], rec['start_time']))
             found += [(rec['name'] + ' child', pid, start) for pid, start
-                      in stack_mod.descendants(rec['pid'])]
+                      in process.descendants(rec['pid'])]
         return found
 
     def test_up_create_force_detach_down(self):
@@ -196,7 +196,7 @@ class StackSmokeTestCase(testtools.TestCase):
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             left = [(n, p) for n, p, s in procs
-                    if stack_mod.is_alive(p, s)]
+                    if process.is_alive(p, s)]
             if not left:
                 break
             time.sleep(0.2)

@@ -33,7 +33,7 @@ import tempfile
 
 import testtools
 
-from devbox import stack as stack_mod
+from devbox.services import tgtd
 from tests import fakes
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -67,8 +67,8 @@ class KeystoneBoxTestCase(testtools.TestCase):
 
     def acls(self, volume_id):
         info = json.load(open(os.path.join(self.state, 'stack.json')))
-        out = stack_mod.tgtadm(info['tgt_control_port'], '--op', 'show',
-                               '--mode', 'target').stdout
+        out = tgtd.tgtadm(info['tgt_control_port'], '--op', 'show',
+                          '--mode', 'target').stdout
         block = out.split('volume-' + volume_id, 1)[1].split('\nTarget ')[0]
         return set(re.findall(r'^\s+(iqn\.\S+)$',
                               block.split('ACL information:')[1], re.M))
@@ -137,7 +137,7 @@ class KeystoneBoxTestCase(testtools.TestCase):
         self.assertEqual(0, last.returncode, last.stderr)
         self.wait_status(openrc, cinder, vol, 'available')
         info = json.load(open(os.path.join(self.state, 'stack.json')))
-        self.assertNotIn('volume-' + vol, stack_mod.tgtadm(
+        self.assertNotIn('volume-' + vol, tgtd.tgtadm(
             info['tgt_control_port'], '--op', 'show', '--mode',
             'target').stdout)
 

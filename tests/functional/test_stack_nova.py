@@ -37,7 +37,9 @@ import testtools
 
 from cinder_forcedetach.conformance import initiator as qemu_io
 from cinder_forcedetach.conformance import probe
-from devbox import nova_box
+from devbox import process
+from devbox.services import nova as nova_service
+from devbox.services import tgtd
 from devbox import stack as stack_mod
 from tests import fakes
 from tests.functional import nova_audit_cases
@@ -102,28 +104,35 @@ class _NovaBoxTestCase(testtools.TestCase):
 
     def api_as(self, token, method, path, body=None):
         """A Cinder call with *token* (a user other than the admin)."""
-        return self.box.http_json(self.box.api_url() + path, method, body, {
+        return self.box.http_json(self.box.service('cinder').api_url(
+            self.box.info) + path, method, body, {
             'X-Auth-Token': token, 'OpenStack-API-Version': 'volume 3.70'})
 
     def member_token(self):
         """A token of a new user with the member role in the project."""
         box, name = self.box, 'member-' + uuid.uuid4().hex[:8]
+        keystone, ctx = box.service('keystone-api'), box.ctx
         password = uuid.uuid4().hex
-        admin = box.keystone_token()
-        role = box._keystone_find(admin, 'roles', 'member',
-                                  {'name': 'member'})
-        user = box._keystone_find(admin, 'users', name, {
+        admin = keystone.token(ctx)
+        role = keystone.find(ctx, admin, 'roles', 'member',
+                             {'name': 'member'})
+        user = keystone.find(ctx, admin, 'users', name, {
             'name': name, 'domain_id': 'default', 'password': password})
-        box.keystone('PUT', '/projects/%s/users/%s/roles/%s' % (
+        keystone.call(ctx, 'PUT', '/projects/%s/users/%s/roles/%s' % (
             box.info['project_id'], user, role), token=admin)
-        _s, headers, _b = box.keystone('POST', '/auth/tokens', {'auth': {
-            'identity': {'methods': ['password'], 'password': {'user': {
-                'id': user, 'password': password}}},
-            'scope': {'project': {'id': box.info['project_id']}}}})
+        _s, headers, _b = keystone.call(ctx, 'POST', '/auth/tokens', {
+            'auth': {
+                'identity': {'methods': ['password'], 'password': {'user': {
+                    'id': user, 'password': password}}},
+                'scope': {'project': {'id': box.info['project_id']}}}})
         return headers['X-Subject-Token']
 
+    def glance_upload(self, name, data):
+        return self.box.service('glance-api').upload(self.box.ctx, name, data)
+
     def nova(self, method, path, body=None):
-        return self.box.nova(method, path, body, version=REBUILD_VERSION)
+        return self.box.service('nova').call(self.box.ctx, method, path, body,
+                                             version=REBUILD_VERSION)
 
     def volume(self, vol_id):
         return self.api('GET', '/volumes/' + vol_id)['volume']
@@ -146,7 +155,8 @@ class _NovaBoxTestCase(testtools.TestCase):
 
     def box_image(self):
         return self.box.http_json(
-            self.box.glance_url() + '/v2/images?name=' + nova_box.IMAGE,
+            self.box.service('glance-api').url(self.box.info) +
+            '/v2/images?name=' + nova_service.IMAGE,
             'GET')['images'][0]['id']
 
     def settled(self, server_id, status='ACTIVE'):
@@ -159,7 +169,7 @@ class _NovaBoxTestCase(testtools.TestCase):
 
     def boot(self, name, boot_volume):
         server_id = self.nova('POST', '/servers', {'server': {
-            'name': name, 'flavorRef': nova_box.FLAVORS[0][1],
+            'name': name, 'flavorRef': nova_service.FLAVORS[0][1],
             'networks': 'none', 'block_device_mapping_v2': [{
                 'source_type': 'volume', 'destination_type': 'volume',
                 'uuid': boot_volume, 'boot_index': 0}]}})['server']['id']
@@ -187,8 +197,8 @@ class _NovaBoxTestCase(testtools.TestCase):
 
     def target(self, vol_id):
         """(exists, ACL initiators) of the volume's tgt target."""
-        out = stack_mod.tgtadm(self.control, '--op', 'show', '--mode',
-                               'target').stdout
+        out = tgtd.tgtadm(self.control, '--op', 'show', '--mode',
+                          'target').stdout
         for target in probe.read_tgt_listing(out):
             if vol_id in target.name:
                 return True, sorted(target.acls)
@@ -219,7 +229,8 @@ class _NovaBoxTestCase(testtools.TestCase):
     def manage(self, *args):
         """nova-manage on the compute host, its JSON answer."""
         res = run([os.path.join(self.box.info['venv'], 'bin', 'nova-manage'),
-                   '--config-file', self.box.nova_conf_path()] + list(args),
+                   '--config-file', self.box.service('nova').conf_path(
+                       self.box.ctx)] + list(args),
                   self.env, timeout=300)
         self.assertEqual(0, res.returncode, res.stderr[-3000:])
         return res.stdout
@@ -336,7 +347,7 @@ class NovaBoxTestCase(nova_audit_cases.NovaAuditCases, _NovaBoxTestCase):
         self.attach(server_id, data_id)
         attachment = self.attachments(data_id)[0]['id']
         member = self.member_token()
-        for token in (self.box.auth_token(), member):
+        for token in (self.box.ctx.auth_token(), member):
             for call in (('DELETE', '/attachments/' + attachment, None),
                          ('POST', '/volumes/%s/action' % data_id,
                           {'os-detach': {'attachment_id': attachment}})):
@@ -346,7 +357,8 @@ class NovaBoxTestCase(nova_audit_cases.NovaAuditCases, _NovaBoxTestCase):
         self.assertEqual((True, [BOX_IQN]), self.target(data_id))
         # Nova's own detach (it sends its service token) tears it down.
         self.box.http_json(
-            self.box.nova_url() + '/v2.1/servers/%s/os-volume_attachments/%s'
+            self.box.service('nova').url(self.box.info) +
+            '/v2.1/servers/%s/os-volume_attachments/%s'
             % (server_id, data_id), 'DELETE', headers={'X-Auth-Token': member})
         self.wait(lambda: self.volume(data_id)['status'] == 'available',
                   'Nova detach')
@@ -430,7 +442,7 @@ class NovaBoxTestCase(nova_audit_cases.NovaAuditCases, _NovaBoxTestCase):
         server_id = self.boot('rebuild', boot_id)
         old = self.compute_session(boot_id)
         new_image = b'cinder-forcedetach rebuild\n'.ljust(3 << 20, b'\x5a')
-        image_id = self.box.glance_upload('rebuild-image', new_image)
+        image_id = self.glance_upload('rebuild-image', new_image)
         # Beyond both images' data: what the rebuild never writes there.
         beyond = 8 << 20
         path = os.path.join(self.state, 'volumes', 'tgt', 'volume-' + boot_id)
@@ -479,12 +491,12 @@ class NovaBoxTestCase(nova_audit_cases.NovaAuditCases, _NovaBoxTestCase):
         self.assertEqual('127.0.0.1:%d' % port,
                          old_info['data']['target_portal'])
 
-        stack_mod.tgtadm(self.control, '--op', 'new', '--mode', 'portal',
-                         '--param', 'portal=127.0.0.2:%d' % port)
+        tgtd.tgtadm(self.control, '--op', 'new', '--mode', 'portal',
+                    '--param', 'portal=127.0.0.2:%d' % port)
         extra = os.path.join(self.state, 'portal.conf')
         with open(extra, 'w') as f:
             f.write('[tgt]\ntarget_ip_address = 127.0.0.2\n')
-        stack_mod.Proc(self.box, 'cinder-volume').stop()
+        process.Proc(self.box.ctx, 'cinder-volume').stop()
         res = run([STACK_SH, 'up'], dict(self.env, STACK_EXTRA_CONF=extra,
                                          STACK_SKIP_INSTALL='1'))
         self.assertEqual(0, res.returncode, res.stderr[-3000:])
@@ -513,7 +525,7 @@ class NovaRbdBoxTestCase(_NovaBoxTestCase):
 
     def rbd_parent(self, vol_id):
         """``pool/image@snap`` the volume's RBD image is cloned from."""
-        ceph = self.box.ceph_settings()
+        ceph = self.box.service('ceph').settings(self.box.ctx)
         res = run(['rbd', '-c', ceph['CEPH_CONF'], '-k',
                    ceph['CEPH_ADMIN_KEYRING'], 'info', '--format', 'json',
                    '%s/volume-%s' % (ceph['CEPH_POOL'], vol_id)],
@@ -531,11 +543,12 @@ class NovaRbdBoxTestCase(_NovaBoxTestCase):
         """
         image_id = self.box_image()
         boot_id = self.new_volume('clone-boot', image_id)
-        pool = self.box.ceph_settings()['CEPH_IMAGES_POOL']
+        pool = self.box.service('ceph').settings(
+            self.box.ctx)['CEPH_IMAGES_POOL']
         self.assertEqual('%s/%s@snap' % (pool, image_id),
                          self.rbd_parent(boot_id))
         server_id = self.boot('clone', boot_id)
-        new_id = self.box.glance_upload(
+        new_id = self.glance_upload(
             'rebuild-rbd', b'rbd rebuild\n'.ljust(2 << 20, b'\x6b'))
         self.nova('POST', '/servers/%s/action' % server_id,
                   {'rebuild': {'imageRef': new_id}})
@@ -553,8 +566,9 @@ class NovaRbdBoxTestCase(_NovaBoxTestCase):
                                         server_id, data_id, '--json'))
         old = json.loads(before['connection_info'])['data']
         self.assertEqual(['127.0.0.1'], old['hosts'])
-        self.box.ceph('move-mon', '127.0.0.2')
-        self.addCleanup(self.box.ceph, 'move-mon', '127.0.0.1')
+        ceph = self.box.service('ceph')
+        ceph.run(self.box.ctx, 'move-mon', '127.0.0.2')
+        self.addCleanup(ceph.run, self.box.ctx, 'move-mon', '127.0.0.1')
         _connector, after = self.refresh(server_id, data_id)
         new = json.loads(after['connection_info'])['data']
         self.assertEqual(['127.0.0.2'], new['hosts'])

@@ -29,7 +29,8 @@ import urllib.error
 import urllib.request
 
 from cinder_forcedetach.conformance import initiator
-from devbox import stack as stack_mod
+from devbox import process
+from devbox.services import tgtd
 from tests import fakes
 from tests.support import waiting
 
@@ -110,8 +111,8 @@ class ClusterBox(object):
 
     def alive(self, name):
         rec = self.record(name)
-        return bool(rec) and stack_mod.is_alive(rec['pid'],
-                                                rec['start_time'])
+        return bool(rec) and process.is_alive(rec['pid'],
+                                              rec['start_time'])
 
     def volume_services(self):
         return ['cinder-volume-1', 'cinder-volume-2']
@@ -271,8 +272,8 @@ class ClusterBox(object):
 
     def targets(self):
         """{target name: set of initiator ACLs} of the box's tgtd."""
-        out = stack_mod.tgtadm(self.info['tgt_control_port'], '--op',
-                               'show', '--mode', 'target').stdout
+        out = tgtd.tgtadm(self.info['tgt_control_port'], '--op',
+                          'show', '--mode', 'target').stdout
         found, name, in_acl = {}, None, False
         for line in out.splitlines():
             match = re.match(r'^Target \d+: (\S+)$', line)

@@ -11,7 +11,7 @@ import subprocess
 
 import fixtures
 
-from devbox import stack
+from devbox.services import tgtd
 from tests import fakes
 from tests.support import waiting
 
@@ -28,7 +28,7 @@ class Tgtd(object):
         self.proc = None
 
     def tgtadm(self, *args, check=True):
-        return stack.tgtadm(self.control_port, *args, check=check)
+        return tgtd.tgtadm(self.control_port, *args, check=check)
 
     def _listening(self):
         with socket.socket() as s:

@@ -21,6 +21,9 @@ import ddt
 import fixtures
 import testtools
 
+from devbox import services
+from devbox.services import ceph
+from devbox.services import cinder
 from devbox import stack
 
 TGT = stack.TGT_DRIVER
@@ -52,19 +55,18 @@ class ParseBackendsTestCase(testtools.TestCase):
 class UsesCephTestCase(testtools.TestCase):
 
     def test_only_rbd_backends_need_ceph(self):
-        st = stack.Stack.__new__(stack.Stack)
-        self.assertFalse(st.uses_ceph({'backends': [['tgt', TGT]]}))
+        self.assertFalse(ceph.uses_ceph({'backends': [['tgt', TGT]]}))
         # stack.json keeps the pairs as lists
-        self.assertTrue(st.uses_ceph({'backends': [['tgt', TGT],
-                                                   ['rbd', RBD]]}))
+        self.assertTrue(ceph.uses_ceph({'backends': [['tgt', TGT],
+                                                     ['rbd', RBD]]}))
 
 
 class GlanceTestCase(testtools.TestCase):
 
     def test_glance_starts_before_cinder_when_asked(self):
-        st = stack.Stack.__new__(stack.Stack)
-        self.assertNotIn('glance-api', st.order({'volume_services': 1}))
-        order = st.order({'glance': True, 'volume_services': 1})
+        order = services.process_order
+        self.assertNotIn('glance-api', order({'volume_services': 1}))
+        order = order({'glance': True, 'volume_services': 1})
         self.assertLess(order.index('glance-api'),
                         order.index('cinder-volume'))
 
@@ -98,10 +100,10 @@ class NovaTestCase(testtools.TestCase):
                               STACK_NOVA='1', **{var: '70000'})
 
     def test_order_placement_before_cinder_nova_after(self):
-        st = stack.Stack.__new__(stack.Stack)
-        self.assertNotIn('nova-api', st.order({'volume_services': 1}))
-        order = st.order({'nova': True, 'keystone': True, 'glance': True,
-                          'db': 'mariadb', 'volume_services': 1})
+        order = services.process_order
+        self.assertNotIn('nova-api', order({'volume_services': 1}))
+        order = order({'nova': True, 'keystone': True, 'glance': True,
+                       'db': 'mariadb', 'volume_services': 1})
         self.assertLess(order.index('placement-api'),
                         order.index('cinder-volume'))
         self.assertLess(order.index('neutron-api'),
@@ -113,9 +115,9 @@ class NovaTestCase(testtools.TestCase):
 class BackupTestCase(testtools.TestCase):
 
     def test_backup_starts_with_cinder_before_its_api(self):
-        st = stack.Stack.__new__(stack.Stack)
-        self.assertNotIn('cinder-backup', st.order({'volume_services': 1}))
-        order = st.order({'backup': True, 'volume_services': 1})
+        order = services.process_order
+        self.assertNotIn('cinder-backup', order({'volume_services': 1}))
+        order = order({'backup': True, 'volume_services': 1})
         self.assertEqual(['cinder-volume', 'cinder-backup', 'cinder-api'],
                          order[-3:])
 
@@ -128,14 +130,15 @@ class BackupTestCase(testtools.TestCase):
         with mock.patch.dict(os.environ, {'STACK_DIR': state}, clear=True):
             st = stack.Stack(stack.Settings(argparse.Namespace(
                 state_dir=None)))
-        before = sorted(os.listdir(stack.ETC_CEPH))
-        with mock.patch.object(st, 'ceph_settings', return_value={
+        before = sorted(os.listdir(cinder.ETC_CEPH))
+        with mock.patch.object(ceph.Ceph, 'settings', return_value={
                 'CEPH_KEYRING': keyring, 'CEPH_USER': 'cinder'}):
-            argv = st._backup_host_argv(['ls', stack.ETC_CEPH])
+            argv = st.service('cinder').backup_host_argv(
+                st.ctx, ['ls', cinder.ETC_CEPH])
         listed = subprocess.run(argv, capture_output=True, text=True,
                                 check=True).stdout.split()
         self.assertEqual(['ceph.client.cinder.keyring'], listed)
-        self.assertEqual(before, sorted(os.listdir(stack.ETC_CEPH)))
+        self.assertEqual(before, sorted(os.listdir(cinder.ETC_CEPH)))
         copy = os.path.join(state, 'backup-etc-ceph',
                             'ceph.client.cinder.keyring')
         self.assertEqual(0o600, os.stat(copy).st_mode & 0o777)

@@ -1,0 +1,270 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Nova (``--nova``): real Nova on the box's Cinder and our drivers.
+
+Nova 34 (``nova-api`` under gunicorn, ``nova-conductor``,
+``nova-scheduler``, ``nova-compute``) from the venv, behind the box's
+Keystone, on its MariaDB and RabbitMQ, with Glance's images.  The compute
+service runs Nova's fake virt driver (:mod:`devbox.nova_compute`): servers
+exist only in Nova's database, but every volume call (attachment create
+and complete, connector, detach, os-reimage's events) is Nova's own code
+talking to the box's Cinder.  Two flavors, an image, the host mapped.
+"""
+
+import os
+import shutil
+import urllib.error
+
+from devbox import boxutil
+from devbox.services import base
+
+#: Nova's processes, in start order.
+PROCESSES = ('nova-api', 'nova-conductor', 'nova-scheduler', 'nova-compute')
+#: The compute service's host name, the only hypervisor.
+COMPUTE_HOST = 'box-compute'
+#: Flavors the box makes: (name, id, vcpus, MiB, GiB of root disk).
+FLAVORS = (('m1.box', '42', 1, 128, 1), ('m1.box.alt', '84', 1, 192, 1))
+#: The image the box uploads for bootable volumes.
+IMAGE = 'box-image'
+
+
+class Nova(base.Service):
+
+    name = 'nova'
+    requires = ('cinder', 'placement-api', 'neutron-api', 'glance-api',
+                'keystone-api', 'rabbitmq', 'mariadb')
+    databases = {'nova_api': 'nova_api_db_password',
+                 'nova_cell0': 'nova_cell0_db_password',
+                 'nova': 'nova_db_password'}
+    keystone_users = ('nova',)
+
+    def enabled(self, info):
+        return bool(info.get('nova'))
+
+    def processes(self, info):
+        return list(PROCESSES)
+
+    def ports(self, info):
+        return {'nova-api': [info['nova_port']]}
+
+    def catalog(self, ctx):
+        return [('nova', 'compute', self.url(ctx.info) + '/v2.1')]
+
+    @staticmethod
+    def url(info):
+        return base.url(info, 'nova_port')
+
+    @staticmethod
+    def directory(ctx):
+        return os.path.join(ctx.dir, 'nova')
+
+    def conf_path(self, ctx):
+        return os.path.join(self.directory(ctx), 'nova.conf')
+
+    def write_conf(self, ctx):
+        info, d = ctx.info, self.directory(ctx)
+        venv = info['venv']
+        paste = os.path.join(venv, 'etc', 'nova', 'api-paste.ini')
+        if not os.path.exists(paste):
+            raise base.StackError(
+                '%s not found: is nova installed in %s? '
+                '(tools/install-deps.sh installs it)' % (paste, venv))
+        for sub in ('state', 'instances', 'locks'):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        shutil.copy(paste, os.path.join(d, 'api-paste.ini'))
+        helper = '%s --config-file %s' % (
+            os.path.join(venv, 'bin', 'privsep-helper'), self.conf_path(ctx))
+        keystone = ctx.service('keystone-api')
+        nova_auth = keystone.service_auth(ctx, 'nova')
+        conf = boxutil.conf({
+            'DEFAULT': {
+                'debug': str(ctx.s.debug),
+                'log_dir': ctx.log_dir,
+                'state_path': os.path.join(d, 'state'),
+                'instances_path': os.path.join(d, 'instances'),
+                'host': COMPUTE_HOST,
+                'my_ip': info['host'],
+                'my_block_storage_ip': info['host'],
+                'transport_url': ctx.service('rabbitmq').transport_url(ctx),
+                'compute_driver': 'box_fake.BoxFakeDriver',
+                # One compute host: a resize stays on it (as devstack).
+                'allow_resize_to_same_host': 'True',
+                # One request at a time per service keeps the box small.
+                'osapi_compute_workers': '1',
+                'metadata_workers': '1',
+            },
+            'wsgi': {'api_paste_config': os.path.join(d, 'api-paste.ini')},
+            'api': {'auth_strategy': 'keystone'},
+            'api_database': {'connection': ctx.database_url('nova_api', d)},
+            'database': {'connection': ctx.database_url('nova', d)},
+            'keystone_authtoken': dict(keystone.authtoken_section(ctx, 'nova'),
+                                       service_token_roles_required='True'),
+            'placement': nova_auth,
+            'glance': dict(nova_auth),
+            'cinder': dict(nova_auth, os_region_name=boxutil.REGION),
+            'neutron': dict(nova_auth, endpoint_override=ctx.service(
+                'neutron-api').url(info)),
+            # What a cloud does: Nova's calls to Cinder carry a service
+            # token, so Cinder tells Nova's own detaches from a user's.
+            'service_user': dict(nova_auth, send_service_user_token='True'),
+            'scheduler': {'workers': '1',
+                          'discover_hosts_in_cells_interval': '10'},
+            'conductor': {'workers': '1'},
+            'oslo_concurrency': {'lock_path': os.path.join(d, 'locks')},
+            'privsep': {'helper_command': helper},
+            'privsep_osbrick': {'helper_command': helper},
+            'vnc': {'enabled': 'False'},
+            'spice': {'enabled': 'False'},
+            'serial_console': {'enabled': 'False'},
+            # A fake hypervisor: no images are copied, no resources used.
+            'compute': {'cpu_allocation_ratio': '16.0'},
+        })
+        boxutil.write_conf(self.conf_path(ctx), conf)
+        # nova-api's own file names its log (gunicorn's argv would).
+        boxutil.write_conf(
+            os.path.join(d, 'nova-api.conf'), boxutil.conf({'DEFAULT': {
+                'log_file': os.path.join(ctx.log_dir, 'nova-api.log')}}))
+
+    def _manage(self, ctx, *args, ok=(0,)):
+        ctx.manage('nova-manage', ['--config-file', self.conf_path(ctx)] +
+                   list(args), cwd=self.directory(ctx), ok=ok)
+
+    def _db_setup(self, ctx):
+        """Nova's API and cell databases, cell0 and cell1 (idempotent)."""
+        self._manage(ctx, 'api_db', 'sync')
+        self._manage(ctx, 'cell_v2', 'map_cell0', '--database_connection',
+                     ctx.database_url('nova_cell0', self.directory(ctx)))
+        self._manage(ctx, 'db', 'sync')
+        # 2: cell1 exists already (a second up).
+        self._manage(ctx, 'cell_v2', 'create_cell', '--name', 'cell1',
+                     ok=(0, 2))
+
+    def start(self, ctx):
+        self.write_conf(ctx)
+        self._db_setup(ctx)
+        d = self.directory(ctx)
+        api = ctx.proc('nova-api')
+        if not api.alive():
+            env = {'OS_NOVA_CONFIG_DIR': d,
+                   'OS_NOVA_CONFIG_FILES': 'api-paste.ini;nova.conf;'
+                                           'nova-api.conf'}
+            ctx.gunicorn(api, 'devbox.nova_wsgi:application',
+                         ctx.info['nova_port'], env, d)
+        conf = ['--config-file', self.conf_path(ctx)]
+        for name in ('nova-conductor', 'nova-scheduler'):
+            if not ctx.proc(name).alive():
+                ctx.proc(name).start([ctx.venv_bin(name)] + conf, cwd=d)
+        if not ctx.proc('nova-compute').alive():
+            python = os.path.join(ctx.info['venv'], 'bin', 'python')
+            ctx.proc('nova-compute').start(
+                [python, '-m', 'devbox.nova_compute'] + conf +
+                ['--log-file', 'nova-compute.log'], cwd=d)
+        boxutil.wait_for(lambda: boxutil.http_ok(
+            self.url(ctx.info) + '/v2.1/'), ctx.s.timeout, 'nova-api', api)
+        boxutil.wait_for(lambda: self.ready(ctx), ctx.s.timeout,
+                         'nova-compute to be up')
+        # The scheduler maps new hosts every 10 s; do it now.
+        self._manage(ctx, 'cell_v2', 'discover_hosts')
+        boxutil.wait_for(lambda: self._hypervisor_listed(ctx), ctx.s.timeout,
+                         'the compute host in os-hypervisors')
+        self._ensure_flavors(ctx)
+        self._ensure_image(ctx)
+
+    def call(self, ctx, method, path, body=None, version='2.1'):
+        """A call to Nova's API as the box's admin."""
+        return ctx.http_json(self.url(ctx.info) + '/v2.1' + path, method,
+                             body, {'OpenStack-API-Version':
+                                    'compute %s' % version})
+
+    def service_states(self, ctx):
+        """{binary: state} of Nova's services, {} when the API is down."""
+        try:
+            services = self.call(ctx, 'GET', '/os-services')['services']
+        except (urllib.error.URLError, OSError, ValueError):
+            return {}
+        return {s['binary']: (s['state'], s['status']) for s in services}
+
+    def ready(self, ctx):
+        """Every Nova process alive, and up in os-services."""
+        for name in PROCESSES:
+            proc = ctx.proc(name)
+            if not proc.alive():
+                raise base.StackError('%s exited; see %s and %s' % (
+                    name, proc.out_path,
+                    os.path.join(ctx.log_dir, name + '.log')))
+        states = self.service_states(ctx)
+        return all(states.get(b) == ('up', 'enabled') for b in PROCESSES[1:])
+
+    def _hypervisor_listed(self, ctx):
+        found = self.call(ctx, 'GET', '/os-hypervisors')['hypervisors']
+        return any(h['hypervisor_hostname'] == COMPUTE_HOST for h in found)
+
+    def _ensure_flavors(self, ctx):
+        have = {f['name'] for f in self.call(ctx, 'GET',
+                                             '/flavors')['flavors']}
+        for name, flavor_id, vcpus, ram, disk in FLAVORS:
+            if name not in have:
+                self.call(ctx, 'POST', '/flavors', {'flavor': {
+                    'name': name, 'id': flavor_id, 'vcpus': vcpus,
+                    'ram': ram, 'disk': disk}})
+
+    def _ensure_image(self, ctx):
+        """A small raw image to make bootable volumes from."""
+        glance = ctx.service('glance-api')
+        found = ctx.http_json(glance.url(ctx.info) + '/v2/images?name=' +
+                              IMAGE, 'GET')['images']
+        if not found:
+            # The fake driver never reads it: a marker, then zeros.
+            data = b'cinder-forcedetach box image\n'.ljust(1 << 20, b'\0')
+            glance.upload(ctx, IMAGE, data)
+
+    def detail(self, ctx, name):
+        if name == 'nova-api':
+            ok = boxutil.http_ok(self.url(ctx.info) + '/v2.1/')
+            return '%s/v2.1/ %s' % (self.url(ctx.info), base.answers(ok)), ok
+        state = self.service_states(ctx).get(name)
+        return ('%s %s' % (COMPUTE_HOST if name == 'nova-compute' else 'nova',
+                           '/'.join(state) if state else
+                           'not in os-services'),
+                state == ('up', 'enabled'))
+
+    def ready_lines(self, ctx):
+        return ['  nova       %s/v2.1, pids %s (compute host %s, Nova\'s fake '
+                'virt driver; flavors %s)' % (
+                    self.url(ctx.info), ', '.join(
+                        '%s %s' % (n, ctx.proc(n).pid) for n in PROCESSES),
+                    COMPUTE_HOST, ', '.join(f[0] for f in FLAVORS))]
+
+    def commands(self, ctx):
+        cinder = ctx.service('cinder')
+        keystone = ctx.service('keystone-api')
+        prefix = '. %s && %s' % (keystone.openrc_path(ctx), os.path.join(
+            ctx.info['venv'], 'bin', 'nova'))
+        return [
+            'Create a bootable volume from the box\'s image:',
+            '  %s create --image %s --name box-boot 1' % (
+                cinder.client_command(ctx, '').rstrip(), IMAGE),
+            'Boot a server from it (Nova\'s fake driver; no network):',
+            '  %s boot --flavor %s --nic none --block-device source=volume,'
+            'id=VOLUME_ID,dest=volume,bootindex=0 --poll box-server' % (
+                prefix, FLAVORS[0][0]),
+            'Its attachments:',
+            '  %s volume-attachments box-server' % prefix,
+            'Force-detach the volume while Nova holds it (Cinder lets only '
+            'a service do that: the service user\'s credentials and '
+            '--service-token):',
+            '  ' + cinder.manage_command(
+                ctx, '--service-token volume force-detach VOLUME_ID',
+                'service'),
+            'Then a reboot drops the server\'s stale attachment:',
+            '  %s reboot box-server' % prefix]
