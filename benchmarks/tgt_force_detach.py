@@ -53,10 +53,13 @@ credentials succeeds (and what its write lands).  Then the ratio
 ours/upstream, computed from the two measured times, and the growth
 curve: our per-volume cost at each N and against N=1, the listings (the
 short list of names our teardown reads, the listing of every target it no
-longer reads), timed at each N, and our teardown split into name-list
-calls, other tgtadm calls and the rest.  The exit status is 1 when ours
-leaves anything (target, session, account, a landed byte, a new login) or
-a teardown raised.
+longer reads), timed at each N, our teardown split into name-list
+calls, other tgtadm calls and the rest, and the mean time of one call of
+each tgtadm operation at each N: tgtd 1.0.85 keeps its targets in a list
+it walks for every tid, and deleting an account walks it once per target,
+so the calls that grow most with N are the deletes, not the reads.  The
+exit status is 1 when ours leaves anything (target, session, account, a
+landed byte, a new login) or a teardown raised.
 
 Sizes: 1, 10, 100 by default.  ``--sizes 1,10,100,1000`` adds N=1000 for
 our side (~1000 qemu-io sessions, ~1 GB PSS, a few minutes); upstream
@@ -107,7 +110,7 @@ from oslo_config import cfg  # noqa: E402
 
 from cinder_forcedetach.conformance import initiator as initiator_mod  # noqa: E402,E501
 from cinder_forcedetach.drivers import iscsi  # noqa: E402
-from devbox import stack  # noqa: E402
+from devbox.services import tgtd  # noqa: E402
 from tests.support import tgtd as tgtd_daemon  # noqa: E402
 
 CONF = cfg.CONF
@@ -190,7 +193,7 @@ class NoVolumeRows(object):
 # -- the daemon --------------------------------------------------------------
 
 def tgtadm(*args):
-    return stack.tgtadm(CONTROL_PORT, *args, check=False)
+    return tgtd.tgtadm(CONTROL_PORT, *args, check=False)
 
 
 def take_port0_lock():
@@ -840,6 +843,11 @@ def growth(sizes, results):
                     1000.0 * sum(v for k, v in r['call_s'].items()
                                  if k != 'show_target_names') / n]
         split[n].append(1000.0 * r['teardown'] / n - sum(split[n]))
+    growth_ms = sorted(
+        ((1000.0 * (o['call_s'][k] / o['calls'][k] -
+                    _mean_call_s(results[first, 'ours'], k)) *
+          o['calls'][k] / float(last), k) for k in o['calls']),
+        reverse=True)
     print('What our teardown reads (N=%d), tgtadm calls per volume (mean '
           'time of one): %s.  '
           'revoke_host_access(volume, None) looks the tid up in the short '
@@ -848,20 +856,51 @@ def growth(sizes, results):
           'whatever its ACL), reads that target\'s sessions ("--op show '
           '--mode conn --tid T"), unbinds the initiator names it knows and '
           'closes the sessions; remove_export looks the tid up again, '
-          'deletes the target by tid and the volume\'s CHAP account.  Only '
-          'the list of names grows with N (%.1f KB at N=%d, %.1f KB at '
-          'N=%d, two reads per volume): at N=%d %.2f ms/vol = name lists '
-          '%.2f + other tgtadm calls %.2f + rest %.2f; at N=%d %.2f ms/vol '
-          '= %.2f + %.2f + %.2f.  Per target, tgtd 1.0.85 shows sessions '
-          '(%d seen on one target here) but no ACL: "--op show --mode '
-          'target --tid T" prints only iSCSI parameters (sections: %s).'
+          'deletes the target by tid and the volume\'s CHAP account.  The '
+          'list of names grows with N (%.1f KB at N=%d, %.1f KB at N=%d, '
+          'two reads per volume), and so does tgtd\'s own work on every '
+          'call (its targets are a list it walks for each tid; deleting an '
+          'account walks it once per target): at N=%d %.2f ms/vol = name '
+          'lists %.2f + other tgtadm calls %.2f + rest %.2f; at N=%d %.2f '
+          'ms/vol = %.2f + %.2f + %.2f.  Growth of ms/vol from N=%d to '
+          'N=%d by operation (mean time of one call x calls per volume): '
+          '%s; a no-op tgtadm call (machine load, spawn) %+.2f ms.  Per '
+          'target, tgtd 1.0.85 shows sessions (%d seen on one target '
+          'here) but no ACL and no name: "--op show --mode target --tid T" '
+          'prints only iSCSI parameters (sections: %s).'
           % (last, per_op, results[first, 'ours']['names_kb'], first,
              o['names_kb'], last, first,
              1000.0 * results[first, 'ours']['teardown'] / first,
              split[first][0], split[first][1], split[first][2], last,
              1000.0 * o['teardown'] / last, split[last][0], split[last][1],
-             split[last][2], o['per_tid_sessions'],
-             ', '.join(o['per_tid']) or 'none'))
+             split[last][2], first, last,
+             ', '.join('%s %+.2f' % (k, ms) for ms, k in growth_ms),
+             1000.0 * (o['noop_s'] - results[first, 'ours']['noop_s']),
+             o['per_tid_sessions'], ', '.join(o['per_tid']) or 'none'))
+    per_operation(sizes, results)
+
+
+def _mean_call_s(result, op):
+    """Mean seconds of one *op* call in *result*'s teardown (0 if none)."""
+    calls = result['calls'].get(op, 0)
+    return result['call_s'][op] / calls if calls else 0.0
+
+
+def per_operation(sizes, results):
+    """Mean ms of one call of each tgtadm operation, at each N."""
+    ops = sorted({k for n in sizes for k in results[n, 'ours']['calls']})
+    print('\nOur teardown\'s tgtadm calls: mean ms of one call at each N '
+          '(measured during the teardown), calls per volume at N=%d.'
+          % sizes[-1])
+    print('%-18s  %s  %9s' % ('operation', '  '.join(
+        '%7s' % ('N=%d' % n) for n in sizes), 'calls/vol'))
+    for op in ops:
+        print('%-18s  %s  %9.1f' % (op, '  '.join(
+            '%7.2f' % (1000.0 * _mean_call_s(results[n, 'ours'], op))
+            for n in sizes), results[sizes[-1], 'ours']['calls'].get(
+                op, 0) / float(sizes[-1])))
+    print('%-18s  %s' % ('no-op (show sys)', '  '.join(
+        '%7.2f' % (1000.0 * results[n, 'ours']['noop_s']) for n in sizes)))
 
 
 def per_tid_sections(tid):
