@@ -118,6 +118,28 @@ class Service(object):
         return []
 
 
+class WsgiService(Service):
+    """A service of one process under gunicorn, answering HTTP on a port."""
+
+    #: The stack setting (``info`` key) that holds its port.
+    port_key = ''
+    #: The path its readiness probe asks; 200 means ready.
+    probe = ''
+
+    def url(self, info):
+        return url(info, self.port_key)
+
+    def ports(self, info):
+        return {self.name: [info[self.port_key]]}
+
+    def ready(self, ctx):
+        return boxutil.http_ok(self.url(ctx.info) + self.probe)
+
+    def detail(self, ctx, name):
+        ok = self.ready(ctx)
+        return '%s%s %s' % (self.url(ctx.info), self.probe, answers(ok)), ok
+
+
 def url(info, port_key):
     """``http://HOST:PORT`` of the stack's *port_key* setting."""
     return 'http://%s:%d' % (info['host'], info[port_key])

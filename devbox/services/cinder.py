@@ -406,7 +406,7 @@ class Cinder(base.Service):
         info = ctx.info
         lines = ['  API        %s   (%s, project %s)' % (
             self.api_url(info), 'keystone %s/v3, credentials in %s' % (
-                keystone.Keystone.url(info),
+                ctx.service('keystone-api').url(info),
                 keystone.Keystone.openrc_path(ctx))
             if info.get('keystone') else 'auth_strategy noauth',
             info['project_id'])]

@@ -27,9 +27,11 @@ from devbox import boxutil
 from devbox.services import base
 
 
-class Glance(base.Service):
+class Glance(base.WsgiService):
 
     name = 'glance-api'
+    port_key = 'glance_port'
+    probe = '/healthcheck'
     requires = ('keystone-api', 'ceph', 'mariadb')
     databases = {'glance': 'glance_db_password'}
     keystone_users = ('glance',)
@@ -37,18 +39,8 @@ class Glance(base.Service):
     def enabled(self, info):
         return bool(info.get('glance'))
 
-    def ports(self, info):
-        return {self.name: [info['glance_port']]}
-
     def catalog(self, ctx):
         return [('glance', 'image', self.url(ctx.info))]
-
-    @staticmethod
-    def url(info):
-        return base.url(info, 'glance_port')
-
-    def ready(self, ctx):
-        return boxutil.http_ok(self.url(ctx.info) + '/healthcheck')
 
     def write_conf(self, ctx):
         info, d = ctx.info, os.path.join(ctx.dir, 'glance')
@@ -144,10 +136,6 @@ class Glance(base.Service):
             headers=dict(auth, **{'Content-Type': 'application/octet-stream'}))
         urllib.request.urlopen(req, timeout=120).close()
         return image_id
-
-    def detail(self, ctx, name):
-        ok = self.ready(ctx)
-        return '%s %s' % (self.url(ctx.info), base.answers(ok)), ok
 
     def ready_lines(self, ctx):
         return ['  glance     %s/v2, pid %s (%s, file store)' % (

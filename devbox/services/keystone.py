@@ -31,25 +31,17 @@ REGION = boxutil.REGION
 CLIENT_API_VERSION = '3.70'
 
 
-class Keystone(base.Service):
+class Keystone(base.WsgiService):
 
     name = 'keystone-api'
+    port_key = 'keystone_port'
+    probe = '/v3'
     requires = ('mariadb',)
     databases = {'keystone': 'keystone_db_password'}
     secret_keys = ('admin_password',)
 
     def enabled(self, info):
         return bool(info.get('keystone'))
-
-    def ports(self, info):
-        return {self.name: [info['keystone_port']]}
-
-    @staticmethod
-    def url(info):
-        return base.url(info, 'keystone_port')
-
-    def ready(self, ctx):
-        return boxutil.http_ok(self.url(ctx.info) + '/v3')
 
     @staticmethod
     def directory(ctx):
@@ -215,10 +207,6 @@ class Keystone(base.Service):
                        OS_PROJECT_NAME='service')
         boxutil.write_private(self.openrc_path(ctx, 'service'), ''.join(
             'export %s=%s\n' % (k, service[k]) for k, _v in values))
-
-    def detail(self, ctx, name):
-        ok = self.ready(ctx)
-        return '%s/v3 %s' % (self.url(ctx.info), base.answers(ok)), ok
 
     def ready_lines(self, ctx):
         return ['  keystone   %s/v3, pid %s (users admin, cinder; region %s)'

@@ -28,9 +28,10 @@ from devbox.services import base
 NETWORK, NETWORK_CIDR = 'box-net', '10.99.0.0/24'
 
 
-class Neutron(base.Service):
+class Neutron(base.WsgiService):
 
     name = 'neutron-api'
+    port_key = 'neutron_port'
     requires = ('rabbitmq', 'keystone-api', 'mariadb')
     databases = {'neutron': 'neutron_db_password'}
     keystone_users = ('neutron',)
@@ -38,18 +39,8 @@ class Neutron(base.Service):
     def enabled(self, info):
         return bool(info.get('nova'))
 
-    def ports(self, info):
-        return {self.name: [info['neutron_port']]}
-
     def catalog(self, ctx):
         return [('neutron', 'network', self.url(ctx.info))]
-
-    @staticmethod
-    def url(info):
-        return base.url(info, 'neutron_port')
-
-    def ready(self, ctx):
-        return boxutil.http_ok(self.url(ctx.info))
 
     def write_conf(self, ctx):
         info, d = ctx.info, os.path.join(ctx.dir, 'neutron')
@@ -117,10 +108,6 @@ class Neutron(base.Service):
         ctx.http_json(url + '/subnets', 'POST', {'subnet': {
             'name': NETWORK, 'network_id': net['id'], 'ip_version': 4,
             'cidr': NETWORK_CIDR}})
-
-    def detail(self, ctx, name):
-        ok = self.ready(ctx)
-        return '%s %s' % (self.url(ctx.info), base.answers(ok)), ok
 
     def ready_lines(self, ctx):
         return ['  neutron    %s, pid %s (ML2; no agents: the box_fake '

@@ -22,9 +22,10 @@ from devbox import boxutil
 from devbox.services import base
 
 
-class Placement(base.Service):
+class Placement(base.WsgiService):
 
     name = 'placement-api'
+    port_key = 'placement_port'
     requires = ('keystone-api', 'mariadb')
     databases = {'placement': 'placement_db_password'}
     keystone_users = ('placement',)
@@ -32,18 +33,8 @@ class Placement(base.Service):
     def enabled(self, info):
         return bool(info.get('nova'))
 
-    def ports(self, info):
-        return {self.name: [info['placement_port']]}
-
     def catalog(self, ctx):
         return [('placement', 'placement', self.url(ctx.info))]
-
-    @staticmethod
-    def url(info):
-        return base.url(info, 'placement_port')
-
-    def ready(self, ctx):
-        return boxutil.http_ok(self.url(ctx.info))
 
     def write_conf(self, ctx):
         d = os.path.join(ctx.dir, 'placement')
@@ -72,10 +63,6 @@ class Placement(base.Service):
             'placement.wsgi.api:application', ctx.info['placement_port'],
             {'OS_PLACEMENT_CONFIG_DIR': os.path.dirname(conf_path)},
             lambda: self.ready(ctx))
-
-    def detail(self, ctx, name):
-        ok = self.ready(ctx)
-        return '%s %s' % (self.url(ctx.info), base.answers(ok)), ok
 
     def ready_lines(self, ctx):
         return ['  placement  %s, pid %s' % (self.url(ctx.info),
