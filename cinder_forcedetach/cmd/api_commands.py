@@ -13,7 +13,9 @@
 """The commands that go through Cinder's API (:mod:`.api_client`).
 
 ``volume force-detach`` and ``attachment show``; each gets a
-:class:`~.api_client.Client`.
+:class:`~.api_client.Client`.  Their work is in :func:`force_detach` and
+:func:`show_attachment`, which the OpenStackClient plugin
+(:mod:`cinder_forcedetach.osc`) calls too.
 """
 
 import json
@@ -71,34 +73,50 @@ def volume_force_detach(client, args, out):
     """Force-detach, then print the volume's status and attachments."""
     connector = (load_connector(args.connector)
                  if args.connector is not None else None)
-    volume_id = client.resolve_volume(args.volume)
+    out.emit(force_detach(client, args.volume, connector=connector,
+                          attachment_id=args.attachment,
+                          all_hosts=args.all_hosts))
+    return EXIT_OK
+
+
+def force_detach(client, volume, connector=None, attachment_id=None,
+                 all_hosts=False):
+    """Force-detach *volume* (id or name); its status and attachments after.
+
+    What ``cinder-forcedetach volume force-detach`` and ``openstack volume
+    force detach`` do: *connector* (a dict) names one host, *attachment_id*
+    one attachment; neither, every host, which on a volume with several
+    attachments needs *all_hosts*.  Returns ``{'volume_id', 'status',
+    'attachments'}`` and, for a re-run or a detach of each attachment,
+    ``'result'``; raises :class:`~.errors.CliError`.
+    """
+    volume_id = client.resolve_volume(volume)
     if connector is None:
         # Without a connector Cinder asks the driver to revoke every host:
         # on a multiattach volume that would cut off the hosts that stay.
         attached = client.get_volume(volume_id).get('attachments') or []
-        if len(attached) > 1 and not args.all_hosts:
+        if len(attached) > 1 and not all_hosts:
             raise CliError(EXIT_USAGE, 'volume %s has %d attachments: give '
                            'the --connector of the host to detach, or '
                            '--all-hosts' % (volume_id, len(attached)))
-        if len(attached) > 1 and not args.attachment:
-            return _detach_each(client, volume_id, attached, out)
+        if len(attached) > 1 and not attachment_id:
+            return _detach_each(client, volume_id, attached)
     result = {}
     try:
         client.force_detach(volume_id, connector=connector,
-                            attachment_id=args.attachment)
+                            attachment_id=attachment_id)
     except CliError as err:
         # A re-run of a force-detach that finished: Cinder answers 409
         # (the volume is available, or the attachment is gone).
         if err.code != EXIT_CONFLICT:
             raise
-        result = _already_detached(client, volume_id, args.attachment, err)
+        result = _already_detached(client, volume_id, attachment_id, err)
     volume = client.get_volume(volume_id)
-    out.emit(dict(result, volume_id=volume_id, status=volume.get('status'),
-                  attachments=_attachment_ids(volume)))
-    return EXIT_OK
+    return dict(result, volume_id=volume_id, status=volume.get('status'),
+                attachments=_attachment_ids(volume))
 
 
-def _detach_each(client, volume_id, attached, out):
+def _detach_each(client, volume_id, attached):
     """Every host of a volume with several attachments: one delete each.
 
     Cinder's os-force_detach names no host here (its guard answers 409,
@@ -112,10 +130,9 @@ def _detach_each(client, volume_id, attached, out):
             if err.code != EXIT_NOT_FOUND:     # gone already: a re-run
                 raise
     volume = client.get_volume(volume_id)
-    out.emit({'result': 'every host detached, one attachment delete each',
-              'volume_id': volume_id, 'status': volume.get('status'),
-              'attachments': _attachment_ids(volume)})
-    return EXIT_OK
+    return {'result': 'every host detached, one attachment delete each',
+            'volume_id': volume_id, 'status': volume.get('status'),
+            'attachments': _attachment_ids(volume)}
 
 
 def _attachment_ids(volume):
@@ -146,8 +163,18 @@ def _already_detached(client, volume_id, attachment_id, conflict):
               help='print passwords and keys in clear')])
 def attachment_show(client, args, out):
     """Print one attachment."""
-    attachment = client.get_attachment(args.attachment)
-    if not args.show_secrets:
-        attachment = output.mask_secrets(attachment)
-    out.emit(attachment)
+    out.emit(show_attachment(client, args.attachment,
+                             show_secrets=args.show_secrets))
     return EXIT_OK
+
+
+def show_attachment(client, attachment_id, show_secrets=False):
+    """The attachment, its connection_info's secrets masked unless asked.
+
+    What ``cinder-forcedetach attachment show`` and ``openstack volume
+    attachment connection show`` print.
+    """
+    attachment = client.get_attachment(attachment_id)
+    if not show_secrets:
+        attachment = output.mask_secrets(attachment)
+    return attachment

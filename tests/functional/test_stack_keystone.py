@@ -21,7 +21,8 @@ On a volume two hosts attach, Cinder's bug-2004555 guard refuses an admin's
 os-force_detach (409: only a service may detach what Nova may still use);
 the admin's own token sent as a service token is refused too (no
 ``service`` role); the service user's token (what Nova sends) passes, and
-our teardown revokes exactly the host that leaves.
+our teardown revokes exactly the host that leaves.  The same again through
+``openstack volume force detach`` (the OpenStackClient plugin).
 """
 
 import json
@@ -33,6 +34,7 @@ import tempfile
 
 import testtools
 
+from cinder_forcedetach.cmd import output
 from devbox.services import tgtd
 from tests import fakes
 
@@ -93,19 +95,8 @@ class KeystoneBoxTestCase(testtools.TestCase):
         vol = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|', created.stdout,
                         re.M).group(1)
         self.wait_status(openrc, cinder, vol, 'available')
-        attachments = {}
-        for host in ('k1', 'k2'):
-            made = self.shell(
-                '. %s && %s attachment-create --connect True --initiator %s '
-                '--ip 127.0.0.1 --host %s --platform x86_64 --ostype linux '
-                '%s' % (openrc, cinder, IQN + host, host, vol))
-            self.assertEqual(0, made.returncode, made.stderr)
-            att = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|', made.stdout,
-                            re.M).group(1)
-            done = self.shell('. %s && %s attachment-complete %s' % (
-                openrc, cinder, att))
-            self.assertEqual(0, done.returncode, done.stderr)
-            attachments[host] = att
+        attachments = {host: self.attach(openrc, cinder, vol, host)
+                       for host in ('k1', 'k2')}
         self.wait_status(openrc, cinder, vol, 'in-use')
         self.assertEqual({IQN + 'k1', IQN + 'k2'}, self.acls(vol))
         one_host = ' volume force-detach %s --attachment %s --connector ' \
@@ -136,10 +127,9 @@ class KeystoneBoxTestCase(testtools.TestCase):
         last = self.shell(force.replace('VOLUME_ID', vol))
         self.assertEqual(0, last.returncode, last.stderr)
         self.wait_status(openrc, cinder, vol, 'available')
-        info = json.load(open(os.path.join(self.state, 'stack.json')))
-        self.assertNotIn('volume-' + vol, tgtd.tgtadm(
-            info['tgt_control_port'], '--op', 'show', '--mode',
-            'target').stdout)
+        self.assertFalse(self.exported(vol))
+
+        self.check_openstack_plugin(openrc, cinder, vol)
 
         with open(os.path.join(self.state, 'secrets.json')) as f:
             secrets = [v for v in json.load(f).values() if len(v) >= 16]
@@ -150,6 +140,89 @@ class KeystoneBoxTestCase(testtools.TestCase):
                 texts.append(f.read())
         self.assertEqual([], [s[:3] + '...' for s in secrets
                               if any(s in t for t in texts)])
+
+    def check_openstack_plugin(self, openrc, cinder, vol):
+        """The same through ``openstack`` (our OpenStackClient plugin).
+
+        Both hosts attach again; the admin is refused k1 (Cinder's guard:
+        exit 1, the 409 on stderr), the service user with
+        ``--service-token`` detaches it (k2 keeps its ACL), an unknown
+        volume fails clearly, and the admin detaches the last host (the
+        target goes).  Outputs go through the secrets check of the test.
+        """
+        openstack = os.path.join(os.path.dirname(cinder), 'openstack')
+        admin = '. %s && %s ' % (openrc, openstack)
+        service = '. %s-service && %s ' % (openrc, openstack)
+        attachments = {host: self.attach(openrc, cinder, vol, host)
+                       for host in ('k1', 'k2')}
+        self.wait_status(openrc, cinder, vol, 'in-use')
+        self.assertEqual({IQN + 'k1', IQN + 'k2'}, self.acls(vol))
+
+        shown = self.shell(admin + 'volume attachment connection show '
+                                   '-f json %s' % attachments['k1'])
+        self.assertEqual(0, shown.returncode, shown.stderr)
+        shown = json.loads(shown.stdout)
+        self.assertEqual((attachments['k1'], vol),
+                         (shown['id'], shown['volume_id']))
+        # Cinder's attachments API flattens connection_info: the driver's
+        # data with driver_volume_type.
+        info = shown['connection_info']
+        data = info.get('data', info)
+        self.assertEqual('iscsi', info['driver_volume_type'], info)
+        self.assertIn('volume-' + vol, data['target_iqn'])
+        secrets = {k: v for k, v in data.items()
+                   if output.SECRET_RE.search(k) and v}
+        self.assertEqual({k: output.MASK for k in secrets}, secrets)
+
+        one_host = 'volume force detach -f json %s --attachment %s ' \
+                   "--connector '%s'" % (vol, attachments['k1'], json.dumps(
+                       {'host': 'k1', 'initiator': IQN + 'k1'}))
+        refused = self.shell(admin + one_host)
+        self.assertEqual(1, refused.returncode, refused.stdout)
+        self.assertIn('HTTP 409', refused.stderr)
+        self.assertNotIn('Traceback', refused.stderr)
+        self.assertEqual({IQN + 'k1', IQN + 'k2'}, self.acls(vol))
+
+        detached = self.shell(service + one_host + ' --service-token')
+        self.assertEqual(0, detached.returncode, detached.stderr)
+        result = json.loads(detached.stdout)
+        self.assertEqual((vol, [attachments['k2']]),
+                         (result['volume_id'], result['attachments']))
+        self.assertEqual({IQN + 'k2'}, self.acls(vol))
+
+        missing = self.shell(admin + 'volume force detach no-such-volume')
+        self.assertEqual(1, missing.returncode, missing.stdout)
+        self.assertIn('no volume named no-such-volume', missing.stderr)
+        self.assertNotIn('Traceback', missing.stderr)
+
+        last = self.shell(admin + 'volume force detach -f json %s' % vol)
+        self.assertEqual(0, last.returncode, last.stderr)
+        result = json.loads(last.stdout)
+        self.assertEqual((vol, []),
+                         (result['volume_id'], result['attachments']))
+        self.wait_status(openrc, cinder, vol, 'available')
+        self.assertFalse(self.exported(vol))
+
+    def attach(self, openrc, cinder, vol, host):
+        """An attachment of *vol* by *host* (a real initiator name)."""
+        made = self.shell(
+            '. %s && %s attachment-create --connect True --initiator %s '
+            '--ip 127.0.0.1 --host %s --platform x86_64 --ostype linux '
+            '%s' % (openrc, cinder, IQN + host, host, vol))
+        self.assertEqual(0, made.returncode, made.stderr)
+        att = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|', made.stdout,
+                        re.M).group(1)
+        done = self.shell('. %s && %s attachment-complete %s' % (
+            openrc, cinder, att))
+        self.assertEqual(0, done.returncode, done.stderr)
+        return att
+
+    def exported(self, volume_id):
+        """Whether tgtd has a target for the volume."""
+        info = json.load(open(os.path.join(self.state, 'stack.json')))
+        return 'volume-' + volume_id in tgtd.tgtadm(
+            info['tgt_control_port'], '--op', 'show', '--mode',
+            'target').stdout
 
     def wait_status(self, openrc, cinder, vol, status):
         for _ in range(120):

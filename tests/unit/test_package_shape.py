@@ -39,8 +39,11 @@ NOT_SHIPPED = ('devbox', 'tests', 'tools', 'benchmarks')
 TEST_ONLY = ('etcd3gw', 'ddt', 'stestr', 'hypothesis', 'nova', 'neutron',
              'neutron_lib', 'keystone', 'glance', 'placement', 'tempest',
              'cinder_tempest_plugin', 'gunicorn', 'pymysql', 'reno',
-             'hacking')
+             'hacking', 'openstackclient')
 CONFORMANCE_EXTRA = ('fixtures', 'testtools')
+# What the OpenStackClient plugin's commands import: there whenever
+# ``openstack`` (python-openstackclient, in test-requirements.txt) is.
+OSC = ('openstackclient', 'osc_lib', 'cliff')
 # Import every module of the package with TEST_ONLY, CONFORMANCE_EXTRA and
 # NOT_SHIPPED unimportable; print "module<TAB>error" for each that fails.
 IMPORT_ALL = textwrap.dedent("""
@@ -111,22 +114,31 @@ class PackageShapeTestCase(testtools.TestCase):
                    for group in entry_points
                    for line in entry_points[group].splitlines()
                    if '=' in line]
-        self.assertEqual(2, len(targets))   # the CLI and the options
+        # The CLI, the options, the OpenStackClient plugin module and its
+        # two commands.
+        self.assertEqual(5, len(targets))
         for target in targets:
             module, _sep, attribute = target.partition(':')
             self.assertEqual('cinder_forcedetach',
                              module.split('.')[0], target)
-            self.assertTrue(callable(getattr(
-                importlib.import_module(module), attribute)), target)
+            loaded = importlib.import_module(module)
+            if not attribute:   # openstack.cli.extension names a module
+                self.assertEqual(['openstack.cli.extension'], [
+                    g for g in entry_points if target in entry_points[g]])
+                self.assertTrue(callable(loaded.make_client), target)
+                continue
+            self.assertTrue(callable(getattr(loaded, attribute)), target)
 
     def test_the_package_imports_without_the_test_requirements(self):
         """What the CLI and the drivers import is in requirements.txt.
 
         tooz imported its etcd3gw driver's client at module level from the
         flow: from the wheel alone the CLI failed to start.  Only the
-        conformance kit needs more (``cinder-forcedetach[conformance]``).
+        conformance kit needs more (``cinder-forcedetach[conformance]``),
+        and the OpenStackClient plugin's commands what ``openstack`` brings
+        (its plugin module imports without).
         """
-        blocked = TEST_ONLY + CONFORMANCE_EXTRA + NOT_SHIPPED
+        blocked = TEST_ONLY + CONFORMANCE_EXTRA + OSC + NOT_SHIPPED
         run = subprocess.run(
             [sys.executable, '-c', IMPORT_ALL, ','.join(blocked)],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
@@ -135,8 +147,10 @@ class PackageShapeTestCase(testtools.TestCase):
                       for line in run.stdout.splitlines())
         self.assertEqual(['cinder_forcedetach.conformance.harness',
                           'cinder_forcedetach.conformance.runner',
-                          'cinder_forcedetach.conformance.suite'],
+                          'cinder_forcedetach.conformance.suite',
+                          'cinder_forcedetach.osc.v1.volume'],
                          sorted(failed), failed)
         for module, error in failed.items():
             self.assertIn(error.split()[-1].split('.')[0],
-                          CONFORMANCE_EXTRA, module)
+                          OSC if '.osc.' in module else CONFORMANCE_EXTRA,
+                          module)
