@@ -62,7 +62,7 @@ LOG = logging.getLogger(__name__)
 #: Volume admin metadata: the last holders a grant cut, and when.
 RECORD_KEY = 'forcedetach_grant_fence'
 #: ``reason`` of the ``forcedetach.detach.forced`` notification.
-REASON = 'grant'
+REASON = notifications.GRANT
 
 
 def explaining_connectors(volume: objects.Volume,
@@ -144,11 +144,10 @@ def fence_before_grant(driver: Any, context: cinder_context.RequestContext,
                          [types.SimpleNamespace(connector=c)
                           for c in explaining])
     _record(context, volume, connector, labels)
-    notifications.notify(
-        context, getattr(driver, 'host', None), notifications.DETACH_FORCED,
-        {'volume_id': volume.id, 'reason': REASON,
-         'granted_to': connector.get('host'), 'cut': labels},
-        priority='warn')
+    notifications.detach_forced(
+        context, getattr(driver, 'host', None), REASON,
+        {'volume_id': volume.id, 'granted_to': connector.get('host'),
+         'cut': labels})
     return cut
 
 

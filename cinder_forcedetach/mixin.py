@@ -39,6 +39,8 @@ What a driver implements: :meth:`revoke_host_access` and ``remove_export``
 from __future__ import annotations
 
 import socket
+import sys
+import types
 from typing import (Any, Callable, Optional, Protocol, Sequence,
                     TYPE_CHECKING)
 
@@ -57,6 +59,7 @@ from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import grant_fence
 from cinder_forcedetach import image_gates
 from cinder_forcedetach import locks
+from cinder_forcedetach import notifications
 from cinder_forcedetach import reconciler
 
 if TYPE_CHECKING:
@@ -107,6 +110,23 @@ force_detach_opts = [
 
 CONF.register_opts(force_detach_opts,
                    group=configuration.SHARED_CONF_GROUP)
+
+#: Pool capability: ``{reason: forced detaches}`` of this backend since
+#: the volume service started (every reason of
+#: :data:`cinder_forcedetach.notifications.REASONS`, 0 included).
+FORCED_DETACHES = 'forcedetach_forced_detaches'
+#: Pool capability: the sum of :data:`FORCED_DETACHES`.
+FORCED_DETACHES_TOTAL = 'forcedetach_forced_detaches_total'
+#: Pool capability: the backend's active fence records, where the driver
+#: counts them (:meth:`ForceDetachMixin.count_fence_records`).
+FENCE_RECORDS = 'forcedetach_fence_records'
+#: Cinder's volume manager module, whose ``terminate_connection`` (the
+#: RPC call of ``os-force_detach`` and of the legacy detach) calls ours.
+_MANAGER = 'cinder.volume.manager'
+#: Volume statuses in which a ``terminate_connection`` of Cinder's is an
+#: operator's ``os-force_detach``: not Cinder's own host copies
+#: (``downloading``, ``uploading``, ``backing-up``...).
+_FORCED_STATUSES = frozenset(force_detach_flow.ALLOWED_STATUSES)
 
 
 class ForceDetachMixin(object):
@@ -163,38 +183,78 @@ class ForceDetachMixin(object):
             self.reconciler = reconciler.Reconciler(self).start()
 
     def get_volume_stats(self, refresh: bool = False) -> dict[str, Any]:
-        """Cinder's stats, with the reconciler's counts in every pool.
+        """Cinder's stats, with our counts in every pool.
 
-        Only while the reconciler runs (an interval of 0 adds nothing).
+        The forced detaches of this backend by reason since the service
+        started (:data:`FORCED_DETACHES`, :data:`FORCED_DETACHES_TOTAL`),
+        the active fence records where the driver counts them
+        (:data:`FENCE_RECORDS`) and, while the reconciler runs (an
+        interval of 0 adds nothing), its counts.  Upstream's keys are
+        kept as they are.  A driver no volume service runs (no ``host``,
+        as in upstream's unit tests) reports upstream's stats alone.
         """
         # Cinder's driver class, after the mixin in the MRO, has it.
         stats = super(ForceDetachMixin,
                       self).get_volume_stats(refresh)  # type: ignore[misc]
-        if self.reconciler is None or not self.reconciler.running or (
-                not stats):
+        if not stats or not getattr(self, 'host', None):
             return stats
-        counts = self.reconciler.capabilities()
+        counts = self.forcedetach_capabilities(refresh)
+        if self.reconciler is not None and self.reconciler.running:
+            counts.update(self.reconciler.capabilities())
         stats = dict(stats, **counts)
         if stats.get('pools'):
             stats['pools'] = [dict(pool, **counts)
                               for pool in stats['pools']]
         return stats
 
+    def forcedetach_capabilities(self, refresh: bool = True
+                                 ) -> dict[str, Any]:
+        """The forced-detach counts and fence records, for the pools.
+
+        The fence records are counted again only on *refresh* (Cinder's
+        periodic stats report); otherwise the last count is given.  A
+        count that fails is logged and left out.
+        """
+        forced = notifications.forced_counts(getattr(self, 'host', None))
+        caps: dict[str, Any] = {FORCED_DETACHES: forced,
+                                FORCED_DETACHES_TOTAL: sum(forced.values())}
+        records = getattr(self, '_forcedetach_fence_records', None)
+        if refresh or records is None:
+            try:
+                records = self.count_fence_records()
+            except Exception as err:
+                LOG.warning('Cannot count the fence records: %s', err)
+                records = None
+            self._forcedetach_fence_records = records
+        if records is not None:
+            caps[FENCE_RECORDS] = records
+        return caps
+
+    def count_fence_records(self) -> Optional[int]:
+        """Active fence records of the backend, or None: none to count.
+
+        Read at every stats report: a driver counts them only where it is
+        cheap.  Default None (a target's ACL has no fence records).
+        """
+        return None
+
     # -- the public entry points ----------------------------------------
 
     def force_detach(self, context: cinder_context.RequestContext,
                      volume: objects.Volume,
                      connector: Optional[dict[str, Any]] = None,
-                     attachment_id: Optional[str] = None) -> None:
+                     attachment_id: Optional[str] = None,
+                     reason: str = notifications.OPERATOR) -> None:
         """Detach *volume* from one host (connector) or all (None).
 
         Runs the force-detach flow; see
         :mod:`cinder_forcedetach.flows.force_detach`.  Raises
         ``ForceDetachFailed`` naming the failed step, with Cinder's
-        database unchanged, when any backend step fails.
+        database unchanged, when any backend step fails.  Done, it is a
+        forced detach of *reason* (counted and notified).
         """
         force_detach_flow.run(context, self, volume, connector=connector,
-                              attachment_id=attachment_id)
+                              attachment_id=attachment_id, reason=reason)
 
     #: Connector fields this driver cannot work without.
     required_connector_fields: tuple[str, ...] = ()
@@ -220,7 +280,11 @@ class ForceDetachMixin(object):
         attachments and no connector (``os-force_detach`` naming only an
         attachment) see
         :func:`cinder_forcedetach.flows.force_detach.revoke_after_detach`.
+        An ``os-force_detach`` (:meth:`_forced_by_operator`) is counted
+        and notified as a forced detach of reason ``operator``.
         """
+        reason = (notifications.OPERATOR
+                  if self._forced_by_operator(volume, connector) else None)
         if connector is None:
             live = [a for a in objects.VolumeAttachmentList.
                     get_all_by_volume_id(cinder_context.get_admin_context(),
@@ -230,10 +294,49 @@ class ForceDetachMixin(object):
                 return force_detach_flow.revoke_after_detach(
                     self, volume, live,
                     self.configuration.safe_get(
-                        'forcedetach_detach_wait_seconds'))
+                        'forcedetach_detach_wait_seconds'), reason=reason)
         return force_detach_flow.run(
             cinder_context.get_admin_context(), self, volume,
-            connector=connector, reset_database=False)
+            connector=connector, reset_database=False, reason=reason)
+
+    @staticmethod
+    def _forced_by_operator(volume: objects.Volume,
+                            connector: Optional[dict[str, Any]]) -> bool:
+        """Whether Cinder's :meth:`terminate_connection` is a force-detach.
+
+        Cinder tells the driver nothing of it (``force`` stays False): its
+        API calls the volume manager's ``terminate_connection``, which
+        calls ours.  That RPC call also serves the legacy detach (Nova's
+        pre-attachment-API volumes) and Cinder's own host copies; an
+        attachment delete comes through another method
+        (``_connection_terminate``).  So it is an ``os-force_detach`` when
+        the nearest caller of Cinder's manager is its
+        ``terminate_connection``, called over RPC (not from its own host
+        copy, ``_detach_volume``), on a volume in a force-detach status
+        with no migration under way, and either with no connector (the
+        legacy detach always gives one) or on a volume that is not
+        ``detaching`` (the legacy detach calls ``os-begin_detaching``
+        first; ``os-force_detach`` does not).  An ``os-force_detach``
+        with a connector of a volume stuck in ``detaching`` is not told
+        from a legacy detach, and is not counted.
+        """
+        frame: Optional[types.FrameType] = sys._getframe(2)
+        for _depth in range(8):
+            if frame is None or frame.f_globals.get('__name__') == _MANAGER:
+                break
+            frame = frame.f_back
+        if frame is None or frame.f_code.co_name != 'terminate_connection':
+            return False
+        caller = frame.f_back
+        if caller is not None and caller.f_globals.get(
+                '__name__') == _MANAGER:
+            return False    # _detach_volume: Cinder's own host copy
+        status = getattr(volume, 'status', None)
+        migration = getattr(volume, 'migration_status', None)
+        if status not in _FORCED_STATUSES or (
+                migration and migration not in ('success', 'error')):
+            return False
+        return connector is None or status != 'detaching'
 
     def _create_export_locked(self, context: cinder_context.RequestContext,
                               volume: objects.Volume, *args: Any,

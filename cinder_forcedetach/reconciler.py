@@ -90,7 +90,7 @@ reconcile_opts = [
 CONF.register_opts(reconcile_opts, group=configuration.SHARED_CONF_GROUP)
 
 #: ``reason`` of the ``forcedetach.detach.forced`` notification.
-REASON = 'reconciler'
+REASON = notifications.RECONCILER
 #: Capability keys (pool stats) the reconciler reports.
 CAPABILITY_PREFIX = 'forcedetach_'
 
@@ -164,15 +164,9 @@ class Reconciler(object):
                         '%(holders)s reach it (%(why)s): cutting it off.',
                         {'vol': finding.volume_id,
                          'holders': finding.evidence, 'why': why})
-        for finding, _why in cut[:self.limit]:
-            finding.result = self.cut(ctxt, finding)
+        for finding, why in cut[:self.limit]:
+            finding.result = self.cut(ctxt, finding, why)
         done = [(f, why) for f, why in cut if f.result == repair.REPAIRED]
-        for finding, why in done:
-            notifications.notify(
-                ctxt, self.backend, notifications.DETACH_FORCED,
-                {'volume_id': finding.volume_id, 'reason': REASON,
-                 'cut': finding.evidence, 'why': why},
-                priority='warn')
         self.passes += 1
         self.cut_total += len(done)
         failed = [f for f, _why in cut
@@ -196,18 +190,23 @@ class Reconciler(object):
         return self.last
 
     def cut(self, ctxt: cinder_context.RequestContext,
-            finding: cases.Finding) -> str:
+            finding: cases.Finding, why: Optional[str] = None) -> str:
         """Tear down what reaches a volume found available and detached.
 
         The flow checks again, under the volume's lock, that the volume is
         still available with no live attachment (an attach may have begun
         since the read), and leaves Cinder's rows alone: they are right.
+        Done, it is a forced detach of reason :data:`REASON` (counted and
+        notified by the flow, with the finding's ``cut`` evidence and
+        *why*).
         """
         try:
             volume = objects.Volume.get_by_id(ctxt, finding.volume_id)
             force_detach_flow.run(ctxt, self.driver, volume,
                                   reset_database=False,
-                                  require_detached=True)
+                                  require_detached=True, reason=REASON,
+                                  details={'cut': finding.evidence,
+                                           'why': why})
         except exception.Invalid as err:
             LOG.info('Reconciler: %s', err)
             return 'changed: %s' % err

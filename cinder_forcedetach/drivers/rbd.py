@@ -54,6 +54,7 @@ from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import host_access
 from cinder_forcedetach import image_gates
 from cinder_forcedetach import mixin
+from cinder_forcedetach import notifications
 
 if TYPE_CHECKING:
     from cinder import context as cinder_context
@@ -215,7 +216,16 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
             return {**result.fenced, **result.failed}
 
         return force_detach_flow.run_host(context, self, volumes,
-                                          host_connector, fence_many)
+                                          host_connector, fence_many,
+                                          reason=notifications.HOST)
+
+    def count_fence_records(self) -> int:
+        """Fence records not expired yet, for the pool capabilities.
+
+        One connection and one omap read of the pool's fence records
+        (see :meth:`~cinder_forcedetach.ceph.fencing.Fencing.count_active`).
+        """
+        return self._fencing().count_active()
 
     def list_fences(self, volume: Optional[objects.Volume] = None
                     ) -> list[dict[str, Any]]:

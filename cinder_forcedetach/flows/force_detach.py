@@ -18,7 +18,7 @@ caller                    flow
 ``force_detach``          lock, resolve, record the hosts revoked, notify,
 (our CLI, the audit)      disconnect this host, revoke host access, fence,
                           remove export, **reset the DB** (and the record),
-                          notify, unlock
+                          notify, notify the forced detach, unlock
 ``terminate_connection``  lock, resolve, record the hosts revoked (bound to
 (Cinder: os-force_detach, the attachments that leave), disconnect this
 attachment delete,        host, revoke host access, fence, remove export,
@@ -40,8 +40,16 @@ fence: one host leaves    before its fence (its lock held) by one more step,
 many volumes)             *join the batch*; one fence of them all (the
                           driver's batch); then each flow resumes: fence
                           (its share of the batch's result), remove export,
-                          reset the DB, notify, unlock
+                          reset the DB, notify, notify the forced detach,
+                          unlock
 ========================  ===================================================
+
+A caller that forces a detach gives its ``reason``
+(:data:`cinder_forcedetach.notifications.REASONS`): once the teardown is
+done, one more task (:class:`NotifyForcedTask`, before the unlock) counts
+it and sends ``forcedetach.detach.forced`` with the volume, the hosts,
+initiators and attachments cut and the clients fenced
+(:func:`forced_payload`).  Cinder's ordinary detach gives none.
 
 Which attachments leave is read from what Cinder gives: the connector of
 the host (``terminate_connection``), an attachment id (``force_detach``),
@@ -89,6 +97,7 @@ from taskflow.types import failure as taskflow_failure
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach import locks
+from cinder_forcedetach import notifications
 
 if TYPE_CHECKING:
     from taskflow.engines import base as engine_base
@@ -380,10 +389,14 @@ class JoinBatchFenceTask(flow_utils.CinderTask):
 class FenceClientsTask(_DriverTask):
     """Cut off clients that still hold the volume (driver hook).
 
+    Provides the client addresses fenced (``fenced``).
+
     :param batch: a :class:`FenceBatch` that fenced this volume already
         (it has its result): that result is this step's, a failure
         included; otherwise the driver's ``fence_clients``.
     """
+
+    default_provides = 'fenced'
 
     def __init__(self, driver: Any, batch: Optional[FenceBatch] = None,
                  **kwargs: Any) -> None:
@@ -392,14 +405,14 @@ class FenceClientsTask(_DriverTask):
 
     def execute(self, volume: objects.Volume, revoke: Revoke,
                 remaining: list[objects.VolumeAttachment],
-                lock: Optional[locking.Lock]) -> None:
+                lock: Optional[locking.Lock]) -> list[str]:
         locks.check_lock(lock, volume, type(self).__name__)
         if not revoke:
-            return
+            return []
         if self.batch is not None and self.batch.has_result(volume.id):
-            self.batch.result(volume.id)
-            return
-        self.driver.fence_clients(volume, revoke, remaining)
+            return list(self.batch.result(volume.id) or [])
+        return list(self.driver.fence_clients(volume, revoke, remaining) or
+                    [])
 
 
 class RemoveExportTask(_DriverTask):
@@ -455,6 +468,77 @@ class ResetDatabaseTask(flow_utils.CinderTask):
                  {'vol': volume.id, 'status': volume.status})
 
 
+#: Connector fields a forced detach's notification names the hosts by:
+#: ``{field: payload key}`` (never anything else of a connector).
+_CONNECTOR_NAMES = {'initiator': 'initiators', 'nqn': 'initiators',
+                    'wwpns': 'initiators', 'ip': 'ips'}
+
+
+def forced_payload(volume: objects.Volume, revoke: Revoke,
+                   detaching: Sequence[objects.VolumeAttachment],
+                   attachment_id: Optional[str] = None,
+                   fenced: Optional[Iterable[str]] = None
+                   ) -> dict[str, Any]:
+    """The ``forcedetach.detach.forced`` payload of a teardown.
+
+    ``hosts``, ``initiators`` (iSCSI IQN, NVMe NQN, FC WWPNs) and ``ips``
+    of the hosts cut (with ``all_hosts``, every host: named by the
+    attachments that ended), the ``attachment_ids`` that ended and the
+    client addresses ``fenced``.  Read from the connectors' names only:
+    never an attachment's connection_info or the volume's provider_auth.
+    """
+    every = None in revoke
+    connectors = [c for c in revoke if c] or (
+        [a.connector for a in detaching if a.connector] if every else [])
+    named: dict[str, set[str]] = {'hosts': set(), 'initiators': set(),
+                                  'ips': set()}
+    for connector in connectors:
+        values: list[tuple[str, Any]] = [('hosts', connector.get('host'))]
+        for field, key in _CONNECTOR_NAMES.items():
+            value = connector.get(field)
+            values += [(key, v) for v in (
+                value if isinstance(value, (list, tuple)) else [value])]
+        for key, value in values:
+            if isinstance(value, str) and value:
+                named[key].add(value)
+    ids = [a.id for a in detaching] or (
+        [attachment_id] if attachment_id else [])
+    payload: dict[str, Any] = {'volume_id': volume.id, 'all_hosts': every}
+    payload.update((key, sorted(values)) for key, values in named.items())
+    payload.update(attachment_ids=sorted(ids),
+                   fenced=sorted(fenced or []))
+    return payload
+
+
+class NotifyForcedTask(_DriverTask):
+    """Count the forced detach and send ``forcedetach.detach.forced``.
+
+    Once the teardown is done (and the database reset, where the flow
+    resets it), before the unlock; nothing when no host was revoked (a
+    host that keeps its access).  *details*, from the caller's store, go
+    into the payload too.
+    """
+
+    def __init__(self, driver: Any, reason: str, **kwargs: Any) -> None:
+        super(NotifyForcedTask, self).__init__(driver, addons=[reason],
+                                               **kwargs)
+        self.reason = reason
+
+    def execute(self, context: cinder_context.RequestContext,
+                volume: objects.Volume, revoke: Revoke,
+                detaching: Sequence[objects.VolumeAttachment],
+                attachment_id: Optional[str] = None,
+                fenced: Optional[list[str]] = None,
+                forced_details: Optional[dict[str, Any]] = None) -> None:
+        if not revoke:
+            return
+        payload = dict(forced_details or {}, **forced_payload(
+            volume, revoke, detaching, attachment_id, fenced))
+        notifications.detach_forced(context,
+                                    getattr(self.driver, 'host', None),
+                                    self.reason, payload)
+
+
 class ReleaseLockTask(flow_utils.CinderTask):
     def execute(self, lock: locking.Lock) -> None:
         locks.release(lock)
@@ -462,13 +546,15 @@ class ReleaseLockTask(flow_utils.CinderTask):
 
 def get_flow(driver: Any, reset_database: bool = True,
              batch: Optional[FenceBatch] = None,
-             require_detached: bool = False) -> linear_flow.Flow:
+             require_detached: bool = False,
+             reason: Optional[str] = None) -> linear_flow.Flow:
     """Our force-detach (reset_database) or Cinder's terminate_connection.
 
     *batch*: a :class:`FenceBatch` the flow joins, and waits for, before
     its fence step (:func:`run_host`).  *require_detached*: the
     reconciler's teardown of a volume found available with no attachment
-    (:class:`RequireDetachedTask`).
+    (:class:`RequireDetachedTask`).  *reason*: a forced detach's
+    (:class:`NotifyForcedTask`); None: an ordinary detach.
     """
     flow = linear_flow.Flow(ACTION.replace(':', '_'))
     flow.add(LockVolumeTask())
@@ -486,6 +572,8 @@ def get_flow(driver: Any, reset_database: bool = True,
              RemoveExportTask(driver))
     if reset_database:
         flow.add(ResetDatabaseTask(), NotifyTask(driver, 'detach.end'))
+    if reason:
+        flow.add(NotifyForcedTask(driver, reason))
     flow.add(ReleaseLockTask())
     return flow
 
@@ -537,17 +625,24 @@ def _run_engine(engine: engine_base.Engine,
 def run(context: cinder_context.RequestContext, driver: Any,
         volume: objects.Volume, connector: Optional[Connector] = None,
         attachment_id: Optional[str] = None, reset_database: bool = True,
-        require_detached: bool = False) -> bool:
+        require_detached: bool = False, reason: Optional[str] = None,
+        details: Optional[dict[str, Any]] = None) -> bool:
     """Run the flow; returns whether another host may use the export.
 
     Cinder then keeps the export: attachments remain that have a connector.
 
+    *reason*: this teardown is a forced detach
+    (:data:`cinder_forcedetach.notifications.REASONS`): once done it is
+    counted and notified, with *details* (ids and names only) in the
+    payload.  None: an ordinary detach, neither counted nor notified.
+
     A backend failure is raised as ``ForceDetachFailed`` naming its step.
     """
     storage = _run(get_flow(driver, reset_database,
-                            require_detached=require_detached), volume, {
+                            require_detached=require_detached,
+                            reason=reason), volume, {
         'context': context, 'volume': volume, 'connector': connector,
-        'attachment_id': attachment_id})
+        'attachment_id': attachment_id, 'forced_details': details})
     return bool(fd_attachments.export_users(storage.fetch('remaining')))
 
 
@@ -621,7 +716,8 @@ HostTeardown = collections.namedtuple('HostTeardown', 'done failed seconds')
 
 def run_host(context: cinder_context.RequestContext, driver: Any,
              volumes: Iterable[objects.Volume], connector: Connector,
-             fence_many: FenceMany) -> HostTeardown:
+             fence_many: FenceMany,
+             reason: str = notifications.HOST) -> HostTeardown:
     """Our force-detach of one host from many volumes, the fence batched.
 
     Each volume runs this module's flow (:func:`get_flow`, as
@@ -636,7 +732,8 @@ def run_host(context: cinder_context.RequestContext, driver: Any,
 
     Locks are taken in volume id order: two host fences over shared
     (multiattach) volumes cannot wait for each other's.  A volume listed
-    twice runs once.
+    twice runs once.  Each volume done is a forced detach of *reason*
+    (counted and notified, :class:`NotifyForcedTask`).
 
     :returns: :data:`HostTeardown`.
     """
@@ -648,12 +745,14 @@ def run_host(context: cinder_context.RequestContext, driver: Any,
     ordered = sorted({v.id: v for v in volumes}.values(),
                      key=lambda v: v.id)
     times = [time.monotonic()]
-    flow = get_flow(driver, True, batch)   # one flow, an engine per volume
+    # One flow, an engine per volume.
+    flow = get_flow(driver, True, batch, reason=reason)
     try:
         for volume in ordered:
             engine, listener = _load(flow, {
                 'context': context, 'volume': volume,
-                'connector': connector, 'attachment_id': None})
+                'connector': connector, 'attachment_id': None,
+                'forced_details': None})
             batch.engines[volume.id] = engine
             try:
                 _run_engine(engine, listener, volume)
@@ -704,7 +803,8 @@ def run_remove_export(context: cinder_context.RequestContext, driver: Any,
 
 def revoke_after_detach(driver: Any, volume: objects.Volume,
                         live: Iterable[objects.VolumeAttachment],
-                        wait_seconds: float) -> bool:
+                        wait_seconds: float,
+                        reason: Optional[str] = None) -> bool:
     """Revoke the host of the attachment Cinder's detach ends next.
 
     ``os-force_detach {attachment_id}`` without a connector calls
@@ -716,14 +816,15 @@ def revoke_after_detach(driver: Any, volume: objects.Volume,
     attachments to end, and then runs this flow (without the database)
     for the connector stored on it, unless its host keeps another live
     attachment.  Where nothing names an attachment Cinder's detach refuses
-    (400) and nothing ends.
+    (400) and nothing ends.  *reason*: that run's (see :func:`run`).
     """
     ids = frozenset(a.id for a in live)
     LOG.info('Volume %(vol)s: %(n)d live attachments and no connector; the '
              'host of the attachment Cinder detaches next is revoked then.',
              {'vol': volume.id, 'n': len(ids)})
     threading.Thread(target=_revoke_ended, daemon=True,
-                     args=(driver, volume.id, ids, wait_seconds)).start()
+                     args=(driver, volume.id, ids, wait_seconds,
+                           reason)).start()
     return True
 
 
@@ -743,7 +844,7 @@ def _ended_attachments(context: cinder_context.RequestContext,
 
 
 def _revoke_ended(driver: Any, volume_id: str, live_ids: frozenset[str],
-                  wait_seconds: float) -> None:
+                  wait_seconds: float, reason: Optional[str] = None) -> None:
     context = cinder_context.get_admin_context()
     try:
         ended = _ended_attachments(context, volume_id, live_ids,
@@ -771,7 +872,7 @@ def _revoke_ended(driver: Any, volume_id: str, live_ids: frozenset[str],
                          {'vol': volume_id, 'att': attachment_id})
                 continue
             run(context, driver, volume, connector=old.connector,
-                reset_database=False)
+                reset_database=False, reason=reason)
         except Exception:
             LOG.exception('Volume %(vol)s: revoking the host of detached '
                           'attachment %(att)s failed; it may still reach '

@@ -138,6 +138,10 @@ class Cinder(base.Service):
                 'backup_posix_path': self.backup_dir(ctx)})
             os.makedirs(self.backup_dir(ctx), exist_ok=True)
         conf['database'] = {'connection': ctx.database_url('cinder', c)}
+        # Notifications (Cinder's and forcedetach.*) to the box's RabbitMQ
+        # (DEFAULT's transport_url): topic notifications, exchange
+        # openstack (oslo.messaging's control_exchange; Cinder keeps it).
+        conf['oslo_messaging_notifications'] = {'driver': 'messagingv2'}
         conf['oslo_concurrency'] = {'lock_path': os.path.join(c, 'locks')}
         conf['coordination'] = {
             'backend_url': ctx.service('etcd').coordination_url(ctx)}

@@ -15,8 +15,11 @@
 ``tools/stack.sh up`` (with its install step) in a private state directory
 on free loopback ports; the client command it prints creates a volume;
 python-cinderclient attaches it; a live qemu-io initiator logs in; the
-``cinder-forcedetach`` CLI force-detaches it; ``down`` must leave none of
-the processes ``up`` started.  Skipped only when rabbitmq-server cannot be
+``cinder-forcedetach`` CLI force-detaches it, which the volume service
+notifies (``forcedetach.detach.forced``, reason ``operator``, read from
+the box's RabbitMQ with kombu) and counts in its pool capabilities
+(``get_pools?detail=True``); ``down`` must leave none of the processes
+``up`` started.  Skipped only when rabbitmq-server cannot be
 installed (the reason is printed).
 
 With Ceph's Python bindings in the venv (``tools/install-ceph.sh``, which
@@ -35,7 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+import uuid
 
+import kombu
 import testtools
 
 from cinder_forcedetach.conformance import initiator as qemu_io
@@ -49,6 +55,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
 STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
 RABBITMQ = '/usr/lib/rabbitmq/bin/rabbitmq-server'
 HOST = 'stack-compute1'
+#: Where the box's Cinder sends its notifications: oslo.messaging's
+#: control_exchange (Cinder keeps the default) and the routing key of
+#: topic ``notifications`` at priority info.
+NOTIFY_EXCHANGE = 'openstack'
+NOTIFY_KEY = 'notifications.info'
+FORCED = 'forcedetach.detach.forced'
 INITIATOR = 'iqn.2026-11.org.cinder-forcedetach.test:' + HOST
 
 
@@ -172,6 +184,10 @@ class StackSmokeTestCase(testtools.TestCase):
         # The control write, right before the teardown.
         control = cutoff.control_write(self, session, 0x5a)
 
+        # Listen for the notifications before the teardown.
+        notifications = self.notification_queue()
+        before = self.forced_detaches('tgt')
+
         # The CLI force-detach, as printed.
         detached = self.shell(force.replace('VOLUME_ID', volume_id))
         self.assertEqual(0, detached.returncode, detached.stderr)
@@ -179,6 +195,16 @@ class StackSmokeTestCase(testtools.TestCase):
         cutoff.assert_cut_off(self, session, os.path.join(
             self.state, 'volumes', 'tgt', 'volume-' + volume_id), 0xee,
             control=control)
+        # Notified once, with names and ids only, and counted.
+        sent = self.wait_notification(notifications, volume_id)
+        self.assertEqual('operator', sent['payload']['reason'])
+        self.assertEqual([attachment_id], sent['payload']['attachment_ids'])
+        self.assertEqual([HOST], sent['payload']['hosts'])
+        self.assertIn(INITIATOR, sent['payload']['initiators'])
+        self.assertTrue(sent['publisher_id'].startswith('volume.'),
+                        sent['publisher_id'])
+        self.assertNotIn(data['auth_password'], json.dumps(sent))
+        self.wait_forced_detaches('tgt', before['operator'] + 1)
         self.assertIn('0 target(s)', self.stack('status').stdout)
         # The audit, as printed, finds the box consistent.
         audited = self.shell(audit)
@@ -204,6 +230,91 @@ class StackSmokeTestCase(testtools.TestCase):
         self.assertEqual([], os.listdir(os.path.join(self.state, 'run')))
         self.assertEqual([], [p for p in ceph_pids if _running(p)])
         self.assertEqual(3, self.stack('status').returncode)
+
+    def box_info(self, name):
+        with open(os.path.join(self.state, name)) as f:
+            return json.load(f)
+
+    def notification_queue(self):
+        """A queue of our own bound where Cinder's info notifications go.
+
+        The exchange is the one Cinder's RPC servers declared (passive:
+        declared as they declared it); the queue goes with the connection.
+        """
+        info, sec = self.box_info('stack.json'), self.box_info(
+            'secrets.json')
+        conn = kombu.Connection(
+            hostname=info['host'], port=info['rabbit_port'],
+            userid=sec['rabbit_user'], password=sec['rabbit_password'],
+            virtual_host='/', transport='pyamqp', connect_timeout=10)
+        self.addCleanup(conn.release)
+        queue = kombu.Queue(
+            'cfd-test-stack-%s' % uuid.uuid4().hex,
+            kombu.Exchange(NOTIFY_EXCHANGE, type='topic', passive=True),
+            routing_key=NOTIFY_KEY, exclusive=True, auto_delete=True)
+        bound = queue(conn.channel())
+        bound.declare()
+        return bound
+
+    def wait_notification(self, queue, volume_id, event=FORCED,
+                          timeout=30):
+        """The first *event* of *volume_id* on *queue*, unwrapped.
+
+        oslo.messaging's envelope is opened; the event type and volume of
+        every notification read go into the failure text, never a payload
+        (Cinder's own ``volume.detach.start`` carries the attachments'
+        connection_info, CHAP password included).
+        """
+        seen = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = queue.get(no_ack=True)
+            if message is None:
+                time.sleep(0.2)
+                continue
+            body = message.payload
+            if isinstance(body, (bytes, str)):
+                body = json.loads(body)
+            if 'oslo.message' in body:
+                body = json.loads(body['oslo.message'])
+            seen.append((body.get('event_type'),
+                         (body.get('payload') or {}).get('volume_id')))
+            if body.get('event_type') == event and (
+                    body.get('payload') or {}).get('volume_id') == volume_id:
+                return body
+        self.fail('no %s of volume %s on %s within %d s; read: %r' % (
+            event, volume_id, NOTIFY_KEY, timeout, seen))
+
+    def pools(self):
+        info = self.box_info('stack.json')
+        req = urllib.request.Request(
+            'http://%s:%d/v3/%s/scheduler-stats/get_pools?detail=True' % (
+                info['host'], info['api_port'], info['project_id']),
+            headers={'X-Auth-Token': 'admin:%s' % info['project_id'],
+                     'OpenStack-API-Version': 'volume 3.0'})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.load(resp)['pools']
+
+    def forced_detaches(self, backend):
+        """``forcedetach_forced_detaches`` of *backend*'s pool."""
+        for pool in self.pools():
+            if pool['name'].split('@', 1)[-1].split('#', 1)[0] == backend:
+                caps = pool.get('capabilities') or {}
+                self.assertIn('forcedetach_forced_detaches_total', caps)
+                return caps['forcedetach_forced_detaches']
+        self.fail('no pool of backend %s' % backend)
+
+    def wait_forced_detaches(self, backend, operator, timeout=200):
+        """Wait for the pool to show *operator* forced detaches.
+
+        The volume service reports its stats every minute; the scheduler
+        keeps the last report.
+        """
+        waiting.wait_for(
+            lambda: self.forced_detaches(backend)['operator'] >= operator,
+            timeout, 'pool capability forcedetach_forced_detaches of %s '
+            'with %d operator' % (backend, operator), interval=2)
+        self.assertEqual(operator, self.forced_detaches(backend)['operator'])
 
     def attach(self, cinder, env, manage, volume_id):
         """Attach as Nova does; (attachment id, connection_info, output).

@@ -19,10 +19,12 @@ the holders no live attachment explains.
 
 import types
 
+import fixtures
 import testtools
 
 from cinder_forcedetach import grant_fence
 from cinder_forcedetach import host_access
+from cinder_forcedetach import notifications
 from tests import fakes
 
 A = fakes.CONNECTOR_A
@@ -133,3 +135,19 @@ class FenceBeforeGrantTestCase(testtools.TestCase):
         driver.volume_holders = lambda v: 1 / 0
         self.assertRaises(ZeroDivisionError, grant_fence.fence_before_grant,
                           driver, None, volume(), B, [])
+
+    def test_cut_is_counted_and_notified_as_grant(self):
+        notifications.reset_counts()
+        self.addCleanup(notifications.reset_counts)
+        self.useFixture(fixtures.MockPatchObject(grant_fence, '_record'))
+        notify = self.useFixture(fixtures.MockPatchObject(
+            notifications, 'notify')).mock
+        driver = self.Driver([HOLDER_A])
+        cut = grant_fence.fence_before_grant(driver, 'ctx', volume(), B, [])
+        self.assertEqual([HOLDER_A], cut)
+        notify.assert_called_once_with(
+            'ctx', 'volhost@tgt', notifications.DETACH_FORCED,
+            {'volume_id': 'vol', 'granted_to': 'compute2',
+             'cut': ['session iqn.a'], 'reason': 'grant'})
+        self.assertEqual(1, notifications.forced_counts('volhost@tgt')[
+            notifications.GRANT])

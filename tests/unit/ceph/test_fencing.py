@@ -12,7 +12,11 @@
 
 """Who gets fenced: client addresses, connectors, kept attachments."""
 
+import contextlib
+import datetime
+
 import ddt
+import fixtures
 import testtools
 
 from cinder_forcedetach.ceph import fencing
@@ -329,3 +333,33 @@ class InThreadsTestCase(testtools.TestCase):
 
     def test_nothing_to_do(self):
         self.assertEqual([], fencing.in_threads(self.fail, [], 8))
+
+
+class CountActiveTestCase(testtools.TestCase):
+    """The fence records the pool capabilities count: one omap read."""
+
+    def test_expired_records_are_not_counted(self):
+        now = datetime.datetime(2026, 11, 27, 12, 0, 0)
+        records = {
+            'v1/a': {'expires_at': '2026-11-28T12:00:00'},
+            'v1/b': {'expires_at': '2026-11-27T11:59:59'},
+            'v2/c': {'expires_at': '2026-11-27T13:00:00+00:00'},
+            'v3/d': {'addr': 'no expiry recorded'},
+        }
+        reads = []
+
+        @contextlib.contextmanager
+        def connect(access, pool):
+            yield 'client', 'ioctx'
+
+        def read_records(ioctx, prefix=''):
+            reads.append((ioctx, prefix))
+            return records
+
+        self.useFixture(fixtures.MockPatchObject(fencing.cluster, 'connect',
+                                                 connect))
+        self.useFixture(fixtures.MockPatchObject(
+            fencing.Fencing, '_read_records', staticmethod(read_records)))
+        fences = fencing.Fencing(None, 'volumes', 86400, 10.0)
+        self.assertEqual(3, fences.count_active(now))
+        self.assertEqual([('ioctx', '')], reads)

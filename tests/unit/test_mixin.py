@@ -1,0 +1,208 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The mixin's pool capabilities and how it tells a force-detach."""
+
+import copy
+import types
+
+import fixtures
+import testtools
+
+from cinder_forcedetach.flows import force_detach as flow
+from cinder_forcedetach import mixin
+from cinder_forcedetach import notifications
+from tests import fakes
+
+UPSTREAM = {'volume_backend_name': 'tgt', 'vendor_name': 'Open Source',
+            'total_capacity_gb': 10, 'free_capacity_gb': 7}
+
+
+class Upstream(object):
+    """What the mixin finds after it in the MRO: Cinder's driver."""
+
+    stats = UPSTREAM
+
+    def __init__(self, *args, **kwargs):
+        self.configuration = None
+        self.host = 'volhost@tgt'
+
+    def get_volume_stats(self, refresh=False):
+        return copy.deepcopy(self.stats)
+
+    def create_export(self, context, volume, connector):
+        pass
+
+    def remove_export(self, context, volume):
+        pass
+
+    def initialize_connection(self, volume, connector):
+        return {}
+
+    def ensure_export(self, context, volume):
+        pass
+
+
+class Driver(mixin.ForceDetachMixin, Upstream):
+    pass
+
+
+class VolumeStatsTestCase(testtools.TestCase):
+
+    def setUp(self):
+        super(VolumeStatsTestCase, self).setUp()
+        notifications.reset_counts()
+        self.addCleanup(notifications.reset_counts)
+        self.driver = Driver()
+
+    def test_counts_beside_upstreams_stats(self):
+        notifications.detach_forced(None, 'volhost@tgt', 'operator', {})
+        notifications.detach_forced(None, 'volhost@tgt', 'grant', {})
+        notifications.detach_forced(None, 'other@rbd', 'host', {})
+        stats = self.driver.get_volume_stats(refresh=True)
+        self.assertEqual(UPSTREAM, {k: stats[k] for k in UPSTREAM})
+        self.assertEqual({'operator': 1, 'reconciler': 0, 'grant': 1,
+                          'host': 0, 'audit': 0},
+                         stats[mixin.FORCED_DETACHES])
+        self.assertEqual(2, stats[mixin.FORCED_DETACHES_TOTAL])
+        # A target's ACL keeps no fence records: no count at all.
+        self.assertNotIn(mixin.FENCE_RECORDS, stats)
+        self.assertEqual(set(UPSTREAM) | {mixin.FORCED_DETACHES,
+                                          mixin.FORCED_DETACHES_TOTAL},
+                         set(stats))
+
+    def test_every_pool_gets_them(self):
+        self.driver.stats = dict(UPSTREAM, pools=[
+            {'pool_name': 'a', 'free_capacity_gb': 1},
+            {'pool_name': 'b', 'free_capacity_gb': 2}])
+        notifications.detach_forced(None, 'volhost@tgt', 'reconciler', {})
+        stats = self.driver.get_volume_stats(refresh=True)
+        for pool, name in zip(stats['pools'], 'ab'):
+            self.assertEqual(name, pool['pool_name'])
+            self.assertEqual(1, pool[mixin.FORCED_DETACHES]['reconciler'])
+            self.assertEqual(1, pool[mixin.FORCED_DETACHES_TOTAL])
+
+    def test_fence_records_counted_on_refresh_only(self):
+        counts = iter([3, 5])
+        self.driver.count_fence_records = lambda: next(counts)
+        self.assertEqual(3, self.driver.get_volume_stats(True)[
+            mixin.FENCE_RECORDS])
+        self.assertEqual(3, self.driver.get_volume_stats(False)[
+            mixin.FENCE_RECORDS])
+        self.assertEqual(5, self.driver.get_volume_stats(True)[
+            mixin.FENCE_RECORDS])
+
+    def test_a_failed_count_leaves_the_stats_alone(self):
+        def fail():
+            raise RuntimeError('cluster unreachable')
+        self.driver.count_fence_records = fail
+        stats = self.driver.get_volume_stats(True)
+        self.assertNotIn(mixin.FENCE_RECORDS, stats)
+        self.assertEqual(7, stats['free_capacity_gb'])
+
+    def test_a_driver_no_volume_service_runs_adds_nothing(self):
+        self.driver.host = None
+        self.driver.count_fence_records = lambda: 1 / 0
+        self.assertEqual(UPSTREAM, self.driver.get_volume_stats(True))
+
+    def test_no_stats_stay_none(self):
+        self.driver.stats = {}
+        self.assertEqual({}, self.driver.get_volume_stats(True))
+
+    def test_the_reconcilers_counts_while_it_runs(self):
+        self.driver.reconciler = types.SimpleNamespace(
+            running=True,
+            capabilities=lambda: {'forcedetach_reconcile_passes': 4})
+        stats = self.driver.get_volume_stats(True)
+        self.assertEqual(4, stats['forcedetach_reconcile_passes'])
+        self.assertIn(mixin.FORCED_DETACHES, stats)
+
+
+#: Cinder's volume manager as far as the mixin looks at it: the functions
+#: that call the driver's terminate_connection, in a module of that name.
+MANAGER = '''
+def terminate_connection(driver, volume, connector):
+    return driver.terminate_connection(volume, connector, force=False)
+
+
+def _detach_volume(driver, volume, connector):
+    return terminate_connection(driver, volume, connector)
+
+
+def _connection_terminate(driver, volume, connector):
+    return driver.terminate_connection(volume, connector, force=False)
+'''
+
+
+def volume(status='in-use', migration_status=None):
+    return types.SimpleNamespace(id='vol-1', status=status,
+                                 migration_status=migration_status)
+
+
+class TerminateConnectionReasonTestCase(testtools.TestCase):
+    """os-force_detach is ``operator``; Cinder's other calls no reason."""
+
+    def setUp(self):
+        super(TerminateConnectionReasonTestCase, self).setUp()
+        self.manager = {'__name__': mixin._MANAGER}
+        exec(compile(MANAGER, 'cinder/volume/manager.py', 'exec'),
+             self.manager)
+        self.run = self.useFixture(fixtures.MockPatchObject(
+            flow, 'run', return_value=False)).mock
+        objects = self.useFixture(fixtures.MockPatchObject(
+            mixin, 'objects')).mock
+        objects.VolumeAttachmentList.get_all_by_volume_id.return_value = []
+        self.driver = Driver()
+
+    def reason(self, caller, vol, connector):
+        self.run.reset_mock()
+        self.manager[caller](self.driver, vol, connector)
+        return self.run.call_args[1]['reason']
+
+    def test_os_force_detach(self):
+        self.assertEqual('operator', self.reason(
+            'terminate_connection', volume(), None))
+        self.assertEqual('operator', self.reason(
+            'terminate_connection', volume(), fakes.CONNECTOR_A))
+        self.assertEqual('operator', self.reason(
+            'terminate_connection', volume('error_detaching'), None))
+
+    def test_a_volume_stuck_detaching_without_a_connector(self):
+        self.assertEqual('operator', self.reason(
+            'terminate_connection', volume('detaching'), None))
+
+    def test_legacy_detach_is_not_forced(self):
+        self.assertIsNone(self.reason(
+            'terminate_connection', volume('detaching'), fakes.CONNECTOR_A))
+
+    def test_attachment_delete_is_not_forced(self):
+        self.assertIsNone(self.reason(
+            '_connection_terminate', volume(), fakes.CONNECTOR_A))
+
+    def test_cinders_own_host_copies_are_not_forced(self):
+        self.assertIsNone(self.reason(
+            '_detach_volume', volume(), fakes.CONNECTOR_A))
+        self.assertIsNone(self.reason(
+            'terminate_connection', volume('backing-up'), fakes.CONNECTOR_A))
+        self.assertIsNone(self.reason(
+            'terminate_connection', volume('available', 'migrating'),
+            fakes.CONNECTOR_A))
+
+    def test_a_direct_call_is_not_forced(self):
+        self.driver.terminate_connection(volume(), fakes.CONNECTOR_A)
+        self.assertIsNone(self.run.call_args[1]['reason'])
+
+    def test_force_detach_is_operator_by_default(self):
+        self.driver.force_detach('ctx', volume())
+        self.assertEqual('operator', self.run.call_args[1]['reason'])
+        self.driver.force_detach('ctx', volume(), reason='audit')
+        self.assertEqual('audit', self.run.call_args[1]['reason'])
