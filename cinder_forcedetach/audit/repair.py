@@ -21,6 +21,7 @@ own to repair) is never touched; at most *limit* repairs run.
 
 from __future__ import annotations
 
+import functools
 from typing import (Any, cast, Collection, Iterable, Optional,
                     TYPE_CHECKING)
 
@@ -28,6 +29,7 @@ from oslo_log import log as logging
 
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.flows import force_detach as flow
+from cinder_forcedetach import notifications
 
 if TYPE_CHECKING:
     from cinder import context as cinder_context
@@ -47,18 +49,20 @@ def _run(context: cinder_context.RequestContext, driver: Any,
         return
     volume = objects.Volume.get_by_id(context.elevated(read_deleted='yes'),
                                       finding.volume_id)
+    # Each repair is a forced detach of reason audit (counted, notified).
+    run = functools.partial(flow.run, context, driver, volume,
+                            reason=notifications.AUDIT)
     if finding.action == cases.REVOKE:
-        flow.run(context, driver, volume, connector=finding.connector)
+        run(connector=finding.connector)
     elif finding.action == cases.DETACH:
-        flow.run(context, driver, volume,
-                 attachment_id=finding.attachment_id)
+        run(attachment_id=finding.attachment_id)
     elif finding.action == cases.DETACH_ALL:
-        flow.run(context, driver, volume)
+        run()
     elif finding.action == cases.RESUME:
         for connector in finding.connectors or [None]:
-            flow.run(context, driver, volume, connector=connector)
+            run(connector=connector)
     elif finding.action == cases.TEARDOWN:
-        flow.run(context, driver, volume, reset_database=False)
+        run(reset_database=False)
     else:
         raise ValueError('no repair for %s' % finding.action)
 

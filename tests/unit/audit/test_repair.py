@@ -62,3 +62,27 @@ class FixTestCase(testtools.TestCase):
                    only=['stuck_transition'])
         self.assertEqual(['not selected', 'repaired'],
                          [f.result for f in findings])
+
+
+class RepairReasonTestCase(testtools.TestCase):
+    """Each repair runs the flow as a forced detach of reason audit."""
+
+    def test_every_flow_action_says_audit(self):
+        calls = []
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.flows.force_detach.run',
+            lambda *args, **kwargs: calls.append(kwargs)))
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder.objects.Volume.get_by_id',
+            staticmethod(lambda context, volume_id: volume_id)))
+
+        class Context(object):
+            def elevated(self, **kwargs):
+                return self
+
+        for action in (cases.REVOKE, cases.DETACH, cases.DETACH_ALL,
+                       cases.RESUME, cases.TEARDOWN):
+            repair._run(Context(), 'driver', cases.Finding(
+                'leaked_export', 'v1', backend='b', action=action))
+        self.assertEqual(5, len(calls))
+        self.assertEqual({'audit'}, {c['reason'] for c in calls})
