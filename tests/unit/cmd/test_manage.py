@@ -16,78 +16,27 @@ Against a small HTTP server on 127.0.0.1 that answers like Cinder's API
 (the functional tests run the same commands against the real API).
 """
 
-import http.server
 import io
 import json
 import os
-import threading
 
 import fixtures
-import testtools
 
 from cinder_forcedetach.cmd import api_client
 from cinder_forcedetach.cmd import api_commands
 from cinder_forcedetach.cmd import errors
 from cinder_forcedetach.cmd import manage
 from cinder_forcedetach.cmd import registry
-
-PROJECT = 'a' * 32
-VOL = '11111111-2222-3333-4444-555555555555'
-ATT = '66666666-7777-8888-9999-000000000000'
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-
-    def log_message(self, fmt, *args):
-        pass
-
-    def _reply(self, status, body=None):
-        data = json.dumps(body).encode() if body is not None else b''
-        self.send_response(status)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        self.server.seen.append(('GET', self.path, dict(self.headers), None))
-        status, body = self.server.answers.get(('GET', self.path),
-                                               (404, {'itemNotFound': {
-                                                   'message': 'no'}}))
-        self._reply(status, body)
-
-    def do_POST(self):
-        length = int(self.headers.get('Content-Length') or 0)
-        body = json.loads(self.rfile.read(length) or b'null')
-        self.server.seen.append(('POST', self.path, dict(self.headers),
-                                 body))
-        status, answer = self.server.answers.get(('POST', self.path),
-                                                 (404, None))
-        self._reply(status, answer)
-
-    def do_DELETE(self):
-        self.server.seen.append(('DELETE', self.path, dict(self.headers),
-                                 None))
-        status, answer = self.server.answers.get(('DELETE', self.path),
-                                                 (404, None))
-        self._reply(status, answer)
+from tests.unit.cmd import fake_cinder
+from tests.unit.cmd.fake_cinder import ATT
+from tests.unit.cmd.fake_cinder import PROJECT
+from tests.unit.cmd.fake_cinder import VOL
 
 
-class ManageTestCase(testtools.TestCase):
+class ManageTestCase(fake_cinder.FakeCinderTestCase):
 
     def setUp(self):
         super(ManageTestCase, self).setUp()
-        self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
-                                                     _Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.answers = {}
-        self.httpd.seen = []
-        threading.Thread(target=self.httpd.serve_forever,
-                         kwargs={'poll_interval': 0.02}, daemon=True).start()
-        self.addCleanup(self.httpd.server_close)
-        self.addCleanup(self.httpd.shutdown)
-        self.base = '/v3/%s' % PROJECT
         env = {'OS_AUTH_TYPE': 'noauth', 'OS_PROJECT_ID': PROJECT,
                'OS_USER_ID': 'admin',
                'CINDER_ENDPOINT': 'http://127.0.0.1:%d/v3' %
@@ -97,16 +46,10 @@ class ManageTestCase(testtools.TestCase):
         for key, value in env.items():
             self.useFixture(fixtures.EnvironmentVariable(key, value))
 
-    def answer(self, method, path, status, body=None):
-        self.httpd.answers[(method, self.base + path)] = (status, body)
-
     def cli(self, *argv):
         out, err = io.StringIO(), io.StringIO()
         code = manage.main(list(argv), stdout=out, stderr=err)
         return code, out.getvalue(), err.getvalue()
-
-    def posts(self):
-        return [s for s in self.httpd.seen if s[0] == 'POST']
 
     # -- force-detach ------------------------------------------------------
 

@@ -10,23 +10,18 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""A fake Cinder API (the one of :mod:`tests.unit.cmd.test_manage`) and an
+"""The fake Cinder API (:mod:`tests.unit.cmd.fake_cinder`) and an
 OpenStackClient application around a plugin client."""
 
-import http.server
 import io
-import threading
 
-from fixtures import EnvironmentVariable  # noqa: F401 (for the tests)
 from keystoneauth1 import session as ks_session
-import testtools
 
 from cinder_forcedetach.cmd import api_client
-from tests.unit.cmd.test_manage import _Handler
-
-PROJECT = 'a' * 32
-VOL = '11111111-2222-3333-4444-555555555555'
-ATT = '66666666-7777-8888-9999-000000000000'
+from tests.unit.cmd import fake_cinder
+from tests.unit.cmd.fake_cinder import ATT  # noqa: F401 (for the tests)
+from tests.unit.cmd.fake_cinder import PROJECT
+from tests.unit.cmd.fake_cinder import VOL
 
 
 class FakeClientManager(object):
@@ -45,34 +40,13 @@ class FakeApp(object):
         self.options = None
 
 
-class FakeCinderTestCase(testtools.TestCase):
-    """A fake Cinder v3 API on 127.0.0.1 (noauth, project PROJECT)."""
-
-    def setUp(self):
-        super(FakeCinderTestCase, self).setUp()
-        self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
-                                                     _Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.answers = {}
-        self.httpd.seen = []
-        threading.Thread(target=self.httpd.serve_forever,
-                         kwargs={'poll_interval': 0.02}, daemon=True).start()
-        self.addCleanup(self.httpd.server_close)
-        self.addCleanup(self.httpd.shutdown)
-        self.base = '/v3/%s' % PROJECT
-        self.endpoint = 'http://127.0.0.1:%d%s' % (
-            self.httpd.server_address[1], self.base)
-
-    def answer(self, method, path, status, body=None):
-        self.httpd.answers[(method, self.base + path)] = (status, body)
+class FakeCinderTestCase(fake_cinder.FakeCinderTestCase):
+    """The fake Cinder API, with the plugin's client on it."""
 
     def answer_volume(self, status, attachment_ids):
         self.answer('GET', '/volumes/%s' % VOL, 200, {'volume': {
             'id': VOL, 'status': status,
             'attachments': [{'attachment_id': a} for a in attachment_ids]}})
-
-    def posts(self):
-        return [s for s in self.httpd.seen if s[0] == 'POST']
 
     def client(self, service_token=False):
         """The plugin's client, as make_client builds it, on noauth."""

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 
+import fixtures
 from keystoneauth1 import exceptions as ks_exc
 from osc_lib import exceptions
 import testtools
@@ -88,7 +89,7 @@ class PluginModuleTestCase(testtools.TestCase):
     def test_global_options(self):
         for var in ('OS_FORCEDETACH_API_VERSION',
                     'OS_FORCEDETACH_SERVICE_TOKEN'):
-            self.useFixture(fakes.EnvironmentVariable(var, None))
+            self.useFixture(fixtures.EnvironmentVariable(var, None))
         parser = plugin.build_option_parser(argparse.ArgumentParser())
         args = parser.parse_args([])
         # The version option's dest is API_VERSION_OPTION.
