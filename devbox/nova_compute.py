@@ -15,7 +15,9 @@
 Run as ``python -m devbox.nova_compute --config-file
 nova.conf``.  Nova loads a virt driver only from ``nova.virt.<name>``, so
 this module registers itself as ``nova.virt.box_fake`` before Nova's
-``nova-compute`` main runs (``compute_driver = box_fake.BoxFakeDriver``).
+``nova-compute`` main runs (``compute_driver = box_fake.BoxFakeDriver``);
+with ``--libvirt`` it also registers :mod:`devbox.nova_libvirt` as
+``nova.virt.box_libvirt``.
 
 :class:`BoxFakeDriver` is Nova's ``FakeDriver`` (servers exist only in
 Nova's database; no hypervisor) except:
@@ -65,6 +67,12 @@ class BoxFakeDriver(fake.FakeDriver):
 
 def main():
     sys.modules['nova.virt.box_fake'] = sys.modules[__name__]
+    if '--libvirt' in sys.argv:
+        # Nova's libvirt driver needs libvirt's Python binding: loaded
+        # only by a box with ``--virt libvirt``.
+        sys.argv.remove('--libvirt')
+        from devbox import nova_libvirt
+        sys.modules['nova.virt.box_libvirt'] = nova_libvirt
     return compute.main()
 
 

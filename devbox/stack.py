@@ -74,6 +74,10 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
                            driver), placement and Neutron (no agents);
                            implies Keystone, Glance and MariaDB [0]
 ``STACK_NOVA_PORT``        nova-api port [18774]
+``STACK_VIRT``             Nova's virt driver: ``fake`` or ``libvirt``
+                           (qemu TCG guests on a project-started
+                           libvirtd, :mod:`devbox.services.libvirt`)
+                           [fake]
 ``STACK_PLACEMENT_PORT``   placement-api port [18778]
 ``STACK_NEUTRON_PORT``     neutron-api port [19696]
 ``STACK_DEBUG``            1: Cinder debug logging (may log more detail)
@@ -103,6 +107,7 @@ RBD_DRIVER = cinder.RBD_DRIVER
 DRIVER_ALIASES = {'tgt': TGT_DRIVER, 'iscsi': TGT_DRIVER, 'rbd': RBD_DRIVER}
 DB_KINDS = ('sqlite', 'mariadb')
 COORDINATION_KINDS = ('file', 'etcd')
+VIRT_KINDS = ('fake', 'libvirt')
 EXIT_DOWN = 3
 
 
@@ -171,6 +176,7 @@ class Settings(object):
             'STACK_NOVA', '') in ('1', 'true', 'yes'))
         self.nova_port = getattr(args, 'nova_port', None) or _int_env(
             'STACK_NOVA_PORT', 18774)
+        self.virt = getattr(args, 'virt', None) or env('STACK_VIRT', 'fake')
         self.placement_port = getattr(
             args, 'placement_port', None) or _int_env(
             'STACK_PLACEMENT_PORT', 18778)
@@ -182,6 +188,11 @@ class Settings(object):
             if (getattr(args, 'db', None) or env('STACK_DB')) == 'sqlite':
                 raise StackError('--nova needs --db mariadb, not sqlite')
             self.db, self.keystone, self.glance = 'mariadb', True, True
+        if self.virt not in VIRT_KINDS:
+            raise StackError('STACK_VIRT must be one of %s, not %r' % (
+                ', '.join(VIRT_KINDS), self.virt))
+        if self.virt != 'fake' and not self.nova:
+            raise StackError('--virt %s needs --nova' % self.virt)
         if self.db not in DB_KINDS:
             raise StackError('STACK_DB must be one of %s, not %r' % (
                 ', '.join(DB_KINDS), self.db))
@@ -303,7 +314,7 @@ class Stack(object):
                 'backup': s.backup,
                 'glance': s.glance, 'glance_port': s.glance_port,
                 'keystone': s.keystone, 'keystone_port': s.keystone_port,
-                'nova': s.nova, 'nova_port': s.nova_port,
+                'nova': s.nova, 'nova_port': s.nova_port, 'virt': s.virt,
                 'placement_port': s.placement_port,
                 'neutron_port': s.neutron_port,
                 'project_id': (s.project_id or
@@ -448,6 +459,10 @@ def build_parser():
                     help='also run Nova (fake virt driver), placement and '
                          'Neutron (no agents); implies --keystone '
                          '--glance --db mariadb')
+    up.add_argument('--virt', choices=VIRT_KINDS,
+                    help="Nova's virt driver: fake (servers only in Nova's "
+                         "database) or libvirt (qemu TCG guests on a "
+                         "project-started libvirtd) (STACK_VIRT) [fake]")
     up.add_argument('--backends', help='NAME[=DRIVER],...; DRIVER: tgt, '
                     'rbd or a class')
     up.add_argument('--extra-conf', help='file appended to cinder.conf')

@@ -2,7 +2,9 @@
 # Install everything the project needs on a fresh Debian 12 machine:
 # system packages (tgt, userspace iSCSI initiators, qemu-img, open-iscsi
 # for os-brick's iscsiadm calls, gcc and libc6-dev for the RBD tests'
-# LD_PRELOAD shim, MariaDB and etcd for the clustered box) and a venv with
+# LD_PRELOAD shim, MariaDB and etcd for the clustered box; qemu, libvirt
+# (and its headers for libvirt-python), a kernel and busybox for the
+# guests of --virt libvirt) and a venv with
 # this package, real Cinder, the test requirements and the developer box
 # (devbox/).  Idempotent; a second run takes about a second.
 #
@@ -13,7 +15,9 @@ VENV=${1:-${VENV:-.venv}}
 PYTHON=${PYTHON:-python3}
 
 APT_PACKAGES=(tgt libiscsi-bin qemu-utils qemu-block-extra open-iscsi
-              gcc libc6-dev mariadb-server etcd-server)
+              gcc libc6-dev mariadb-server etcd-server
+              qemu-system-x86 libvirt-daemon-system libvirt-clients
+              libvirt-dev pkg-config linux-image-amd64 busybox-static)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -25,6 +25,7 @@ from devbox.services import cinder
 from devbox.services import etcd
 from devbox.services import glance
 from devbox.services import keystone
+from devbox.services import libvirt
 from devbox.services import mariadb
 from devbox.services import neutron
 from devbox.services import nova
@@ -35,7 +36,8 @@ from devbox.services import tgtd
 #: Every service of the box, in the order that breaks ``requires`` ties.
 SERVICES = (rabbitmq.RabbitMQ, mariadb.MariaDB, etcd.Etcd, tgtd.Tgtd,
             ceph.Ceph, keystone.Keystone, glance.Glance,
-            placement.Placement, neutron.Neutron, cinder.Cinder, nova.Nova)
+            placement.Placement, neutron.Neutron, cinder.Cinder,
+            libvirt.Libvirt, nova.Nova)
 
 
 def ordered(classes):

@@ -30,6 +30,7 @@ from devbox import boxutil
 from devbox.services import base
 from devbox.services import ceph
 from devbox.services import keystone
+from devbox.services import libvirt
 
 TGT_DRIVER = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
 RBD_DRIVER = ceph.RBD_DRIVER
@@ -203,6 +204,11 @@ class Cinder(base.Service):
                 'rbd_pool': settings['CEPH_POOL'],
                 'forcedetach_rbd_keyring': settings['CEPH_KEYRING'],
             })
+            if info.get('virt') == 'libvirt':
+                # What Nova's libvirt driver names in the guest's disk:
+                # the libvirt secret holding this user's key (devstack's
+                # CINDER_CEPH_UUID).
+                section['rbd_secret_uuid'] = libvirt.CEPH_SECRET_UUID
         return section
 
     # -- start ------------------------------------------------------------

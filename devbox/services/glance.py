@@ -120,14 +120,16 @@ class Glance(base.WsgiService):
                                 conf_path)},
                             lambda: self.ready(ctx))
 
-    def upload(self, ctx, name, data, disk_format='raw', visibility='shared'):
-        """An active image of *data*; its id."""
+    def upload(self, ctx, name, data, disk_format='raw', visibility='shared',
+               container_format='bare', properties=None):
+        """An active image of *data* with *properties*; its id."""
         images = self.url(ctx.info) + '/v2/images'
         auth = ({'X-Auth-Token': ctx.auth_token()}
                 if ctx.info.get('keystone') else {})
-        req = urllib.request.Request(images, method='POST', data=json.dumps({
-            'name': name, 'disk_format': disk_format,
-            'container_format': 'bare', 'visibility': visibility}).encode(),
+        req = urllib.request.Request(images, method='POST', data=json.dumps(
+            dict(properties or {}, name=name, disk_format=disk_format,
+                 container_format=container_format,
+                 visibility=visibility)).encode(),
             headers=dict(auth, **{'Content-Type': 'application/json'}))
         with urllib.request.urlopen(req, timeout=30) as resp:
             image_id = json.loads(resp.read())['id']

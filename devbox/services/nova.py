@@ -26,7 +26,9 @@ import shutil
 import urllib.error
 
 from devbox import boxutil
+from devbox import guest_image
 from devbox.services import base
+from devbox.services import ceph
 
 #: Nova's processes, in start order.
 PROCESSES = ('nova-api', 'nova-conductor', 'nova-scheduler', 'nova-compute')
@@ -42,7 +44,7 @@ class Nova(base.Service):
 
     name = 'nova'
     requires = ('cinder', 'placement-api', 'neutron-api', 'glance-api',
-                'keystone-api', 'rabbitmq', 'mariadb')
+                'keystone-api', 'rabbitmq', 'mariadb', 'libvirtd')
     databases = {'nova_api': 'nova_api_db_password',
                  'nova_cell0': 'nova_cell0_db_password',
                  'nova': 'nova_db_password'}
@@ -123,17 +125,34 @@ class Nova(base.Service):
             'oslo_concurrency': {'lock_path': os.path.join(d, 'locks')},
             'privsep': {'helper_command': helper},
             'privsep_osbrick': {'helper_command': helper},
+            # The libvirt driver's own (files of the instance directory).
+            'nova_sys_admin': {'helper_command': helper},
             'vnc': {'enabled': 'False'},
             'spice': {'enabled': 'False'},
             'serial_console': {'enabled': 'False'},
             # A fake hypervisor: no images are copied, no resources used.
             'compute': {'cpu_allocation_ratio': '16.0'},
         })
+        if self.libvirt(info):
+            conf['DEFAULT']['compute_driver'] = 'box_libvirt.BoxLibvirtDriver'
+            conf['libvirt'] = {
+                # TCG: KVM is nested on these machines and hangs guests.
+                'virt_type': 'qemu',
+                'cpu_mode': 'none',
+                'connection_uri': ctx.service('libvirtd').uri(ctx),
+                # i440fx: hot-plugged virtio disks need no PCIe ports.
+                'hw_machine_type': 'x86_64=pc',
+            }
         boxutil.write_conf(self.conf_path(ctx), conf)
         # nova-api's own file names its log (gunicorn's argv would).
         boxutil.write_conf(
             os.path.join(d, 'nova-api.conf'), boxutil.conf({'DEFAULT': {
                 'log_file': os.path.join(ctx.log_dir, 'nova-api.log')}}))
+
+    @staticmethod
+    def libvirt(info):
+        """Whether the compute runs Nova's libvirt driver."""
+        return info.get('virt') == 'libvirt'
 
     def _manage(self, ctx, *args, ok=(0,)):
         ctx.manage('nova-manage', ['--config-file', self.conf_path(ctx)] +
@@ -166,9 +185,13 @@ class Nova(base.Service):
                 ctx.proc(name).start([ctx.venv_bin(name)] + conf, cwd=d)
         if not ctx.proc('nova-compute').alive():
             python = os.path.join(ctx.info['venv'], 'bin', 'python')
+            extra = []
+            if self.libvirt(ctx.info):
+                extra = ['--libvirt']
+                self._ceph_secret(ctx)
             ctx.proc('nova-compute').start(
                 [python, '-m', 'devbox.nova_compute'] + conf +
-                ['--log-file', 'nova-compute.log'], cwd=d)
+                ['--log-file', 'nova-compute.log'] + extra, cwd=d)
         boxutil.wait_for(lambda: boxutil.http_ok(
             self.url(ctx.info) + '/v2.1/'), ctx.s.timeout, 'nova-api', api)
         boxutil.wait_for(lambda: self.ready(ctx), ctx.s.timeout,
@@ -206,8 +229,9 @@ class Nova(base.Service):
         return all(states.get(b) == ('up', 'enabled') for b in PROCESSES[1:])
 
     def _hypervisor_listed(self, ctx):
-        found = self.call(ctx, 'GET', '/os-hypervisors')['hypervisors']
-        return any(h['hypervisor_hostname'] == COMPUTE_HOST for h in found)
+        # Libvirt names its node after the machine: look for the service.
+        found = self.call(ctx, 'GET', '/os-hypervisors/detail')['hypervisors']
+        return any(h['service']['host'] == COMPUTE_HOST for h in found)
 
     def _ensure_flavors(self, ctx):
         have = {f['name'] for f in self.call(ctx, 'GET',
@@ -223,10 +247,32 @@ class Nova(base.Service):
         glance = ctx.service('glance-api')
         found = ctx.http_json(glance.url(ctx.info) + '/v2/images?name=' +
                               IMAGE, 'GET')['images']
-        if not found:
-            # The fake driver never reads it: a marker, then zeros.
-            data = b'cinder-forcedetach box image\n'.ljust(1 << 20, b'\0')
-            glance.upload(ctx, IMAGE, data)
+        if found:
+            return
+        # The fake driver never reads it: a marker, then zeros.
+        data = b'cinder-forcedetach box image\n'.ljust(1 << 20, b'\0')
+        properties = {}
+        if self.libvirt(ctx.info):
+            # A guest qemu boots from its kernel and initramfs (direct
+            # kernel boot); its init writes a counter to every disk.
+            kernel, initramfs = guest_image.build(
+                os.path.join(self.directory(ctx), 'guest'))
+            ids = {}
+            for key, path, fmt in (('kernel_id', kernel, 'aki'),
+                                   ('ramdisk_id', initramfs, 'ari')):
+                with open(path, 'rb') as f:
+                    ids[key] = glance.upload(
+                        ctx, '%s-%s' % (IMAGE, fmt), f.read(),
+                        disk_format=fmt, container_format=fmt)
+            properties = dict(ids, os_command_line=guest_image.cmdline(None))
+        glance.upload(ctx, IMAGE, data, properties=properties)
+
+    def _ceph_secret(self, ctx):
+        """The libvirt secret of Cinder's Ceph user (RBD backends)."""
+        if ceph.uses_ceph(ctx.info):
+            settings = ctx.service('ceph').settings(ctx)
+            ctx.service('libvirtd').ensure_ceph_secret(
+                ctx, settings['CEPH_USER'], settings['CEPH_KEYRING'])
 
     def detail(self, ctx, name):
         if name == 'nova-api':
