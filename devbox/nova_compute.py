@@ -38,9 +38,9 @@ import nova.conf
 from nova.virt import fake
 from nova.virt import node
 
+from devbox.services import nova as nova_service
+
 CONF = nova.conf.CONF
-#: The initiator name prefix of the box's compute host.
-IQN_PREFIX = 'iqn.2010-10.org.openstack.box:'
 
 
 class BoxFakeDriver(fake.FakeDriver):
@@ -59,7 +59,7 @@ class BoxFakeDriver(fake.FakeDriver):
     def get_volume_connector(self, instance):
         return {'ip': CONF.my_block_storage_ip,
                 'host': self._host,
-                'initiator': IQN_PREFIX + self._host.lower(),
+                'initiator': nova_service.initiator_name(self._host),
                 'multipath': False,
                 'platform': 'x86_64',
                 'os_type': 'linux'}

@@ -43,14 +43,9 @@ from nova.virt.libvirt import config as vconfig
 from nova.virt.libvirt import driver as libvirt_driver
 from nova.virt.libvirt.volume import net
 
-from devbox.nova_compute import IQN_PREFIX
+from devbox.services.nova import initiator_name
 
 CONF = nova_conf.CONF
-
-
-def initiator_name(host):
-    """The box's initiator name for compute *host*."""
-    return IQN_PREFIX + host.lower()
 
 
 class ISCSINetworkDisk(vconfig.LibvirtConfigGuestDisk):
@@ -80,12 +75,12 @@ class LibvirtISCSINetVolumeDriver(net.LibvirtNetVolumeDriver):
         data = connection_info['data']
         if data.get('auth_method') == 'CHAP':
             # One secret per target, replaced when the password changes.
-            self._host.delete_secret('iscsi', self._usage_id(connection_info))
-            self._host.create_secret('iscsi', self._usage_id(connection_info),
-                                     password=data['auth_password'])
+            self.host.delete_secret('iscsi', self._usage_id(connection_info))
+            self.host.create_secret('iscsi', self._usage_id(connection_info),
+                                    password=data['auth_password'])
 
     def disconnect_volume(self, connection_info, instance, force=False):
-        self._host.delete_secret('iscsi', self._usage_id(connection_info))
+        self.host.delete_secret('iscsi', self._usage_id(connection_info))
 
     def get_config(self, connection_info, disk_info):
         conf = super(LibvirtISCSINetVolumeDriver, self).get_config(
@@ -97,8 +92,8 @@ class LibvirtISCSINetVolumeDriver(net.LibvirtNetVolumeDriver):
         conf.source_hosts = [host.strip('[]')]
         conf.source_ports = [port]
         if data.get('auth_method') == 'CHAP':
-            secret = self._host.find_secret('iscsi',
-                                            self._usage_id(connection_info))
+            secret = self.host.find_secret('iscsi',
+                                           self._usage_id(connection_info))
             conf.auth_username = data['auth_username']
             conf.auth_secret_type = 'iscsi'
             conf.auth_secret_uuid = secret.UUIDString() if secret else None

@@ -18,7 +18,11 @@ Keystone, on its MariaDB and RabbitMQ, with Glance's images.  The compute
 service runs Nova's fake virt driver (:mod:`devbox.nova_compute`): servers
 exist only in Nova's database, but every volume call (attachment create
 and complete, connector, detach, os-reimage's events) is Nova's own code
-talking to the box's Cinder.  Two flavors, an image, the host mapped.
+talking to the box's Cinder.  With ``--virt libvirt`` it runs Nova's
+libvirt driver instead (:mod:`devbox.nova_libvirt`) on the box's libvirtd
+(:mod:`devbox.services.libvirt`): qemu guests booted from a kernel and
+initramfs the box builds (:mod:`devbox.guest_image`), whose init writes a
+counter to every disk.  Two flavors, an image, the host mapped.
 """
 
 import os
@@ -38,6 +42,13 @@ COMPUTE_HOST = 'box-compute'
 FLAVORS = (('m1.box', '42', 1, 128, 1), ('m1.box.alt', '84', 1, 192, 1))
 #: The image the box uploads for bootable volumes.
 IMAGE = 'box-image'
+#: The initiator name prefix of the box's compute hosts.
+IQN_PREFIX = 'iqn.2010-10.org.openstack.box:'
+
+
+def initiator_name(host):
+    """The box's initiator name for compute *host* (either virt driver)."""
+    return IQN_PREFIX + host.lower()
 
 
 class Nova(base.Service):
@@ -91,6 +102,8 @@ class Nova(base.Service):
         conf = boxutil.conf({
             'DEFAULT': {
                 'debug': str(ctx.s.debug),
+                # down: the compute's graceful stop would wait 160 s.
+                'graceful_shutdown_timeout': '10',
                 'log_dir': ctx.log_dir,
                 'state_path': os.path.join(d, 'state'),
                 'instances_path': os.path.join(d, 'instances'),
@@ -285,27 +298,40 @@ class Nova(base.Service):
                 state == ('up', 'enabled'))
 
     def ready_lines(self, ctx):
-        return ['  nova       %s/v2.1, pids %s (compute host %s, Nova\'s fake '
-                'virt driver; flavors %s)' % (
+        return ['  nova       %s/v2.1, pids %s (compute host %s, %s; '
+                'flavors %s)' % (
                     self.url(ctx.info), ', '.join(
                         '%s %s' % (n, ctx.proc(n).pid) for n in PROCESSES),
-                    COMPUTE_HOST, ', '.join(f[0] for f in FLAVORS))]
+                    COMPUTE_HOST, self.virt_name(ctx.info),
+                    ', '.join(f[0] for f in FLAVORS))]
+
+    def virt_name(self, info):
+        return ("Nova's libvirt driver, qemu TCG guests"
+                if self.libvirt(info) else "Nova's fake virt driver")
 
     def commands(self, ctx):
         cinder = ctx.service('cinder')
         keystone = ctx.service('keystone-api')
         prefix = '. %s && %s' % (keystone.openrc_path(ctx), os.path.join(
             ctx.info['venv'], 'bin', 'nova'))
-        return [
+        lines = [
             'Create a bootable volume from the box\'s image:',
             '  %s create --image %s --name box-boot 1' % (
                 cinder.client_command(ctx, '').rstrip(), IMAGE),
-            'Boot a server from it (Nova\'s fake driver; no network):',
+            'Boot a server from it (%s; no network):' % self.virt_name(
+                ctx.info),
             '  %s boot --flavor %s --nic none --block-device source=volume,'
             'id=VOLUME_ID,dest=volume,bootindex=0 --poll box-server' % (
                 prefix, FLAVORS[0][0]),
             'Its attachments:',
-            '  %s volume-attachments box-server' % prefix,
+            '  %s volume-attachments box-server' % prefix]
+        if self.libvirt(ctx.info):
+            lines += [
+                'What the guest writes (a line per write to each disk):',
+                '  tail -f %s' % os.path.join(
+                    self.directory(ctx), 'instances', 'SERVER_ID',
+                    'console.log')]
+        return lines + [
             'Force-detach the volume while Nova holds it (Cinder lets only '
             'a service do that: the service user\'s credentials and '
             '--service-token):',

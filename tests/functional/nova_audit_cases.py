@@ -30,7 +30,7 @@ from tests.support import cutoff
 
 #: The compute host's initiator (tools/nova_compute.py, which imports Nova:
 #: not here, where eventlet is already imported).
-BOX_IQN = 'iqn.2010-10.org.openstack.box:' + nova_service.COMPUTE_HOST
+BOX_IQN = nova_service.initiator_name(nova_service.COMPUTE_HOST)
 
 
 class NovaAuditCases(object):

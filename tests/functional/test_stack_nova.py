@@ -62,15 +62,20 @@ def run(argv, env, timeout=900):
 class _NovaBoxTestCase(testtools.TestCase):
     """One ``up --nova`` box on *BACKEND* for the class, and its helpers."""
 
+    #: STACK_BACKENDS of the box: one backend, or a comma list.
     BACKEND = 'tgt'
+    #: Nova's virt driver (STACK_VIRT).
+    VIRT = 'fake'
 
     @classmethod
     def setUpClass(cls):
         super(_NovaBoxTestCase, cls).setUpClass()
-        cls.state = tempfile.mkdtemp(prefix='cfd-nova-%s-' % cls.BACKEND)
+        cls.state = tempfile.mkdtemp(prefix='cfd-nova-%s-%s-' % (
+            cls.VIRT, cls.BACKEND.replace(',', '-')))
         cls.env = fakes.box_env(cls.state, nova=True,
-                                ceph=cls.BACKEND == 'rbd')
+                                ceph='rbd' in cls.BACKEND.split(','))
         cls.env['STACK_BACKENDS'] = cls.BACKEND
+        cls.env['STACK_VIRT'] = cls.VIRT
         res = run([STACK_SH, 'up'], cls.env)
         cls.up_output = res.stdout + res.stderr
         if res.returncode:

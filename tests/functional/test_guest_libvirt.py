@@ -1,0 +1,332 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The seed flows at the guest: Nova's libvirt driver, qemu guests writing.
+
+``tools/stack.sh up --nova --virt libvirt --backends tgt,rbd``: Nova 34's
+own libvirt driver on a project-started libvirtd; guests are qemu under
+TCG booted from the box's kernel and initramfs, whose init writes a
+512-byte record ``BOXGUEST <instance uuid> <disk> <n>`` at offset 0 of
+every disk every ~0.2 s and prints each write on its console.  RBD
+volumes are Nova's ``LibvirtNetVolumeDriver``: qemu's own librbd, the
+cephx key in a libvirt secret.  iSCSI volumes are network disks of qemu's
+libiscsi (:mod:`devbox.nova_libvirt`, the one box change: these kernels
+have no ``iscsi_tcp`` for Nova's ``LibvirtISCSIVolumeDriver``).
+
+Every assertion is on what lands on the volume (the record read from the
+tgt backing file or the RBD image) and on the guest's console, each after
+a control showing the guest was writing just before.  A cut iSCSI guest
+hangs rather than fails, and libiscsi resumes its writes if its initiator
+is ever granted again: the tgt test grants the volume to another host and
+waits longer than libiscsi's reconnect before looking again.
+"""
+
+import os
+import time
+import urllib.error
+
+import rados
+import rbd
+
+from devbox import guest_image
+from devbox.services import nova as nova_service
+from tests.functional import test_stack_nova
+
+#: Seconds to watch a cut volume: longer than libiscsi's reconnect
+#: (10-25 s measured) after a grant to another host.
+HOLD = 30
+#: Another compute host's connector, for a grant after the cut.
+OTHER_HOST = 'box-other'
+
+
+class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
+    """Guests of Nova's libvirt driver on our tgt and RBD backends."""
+
+    BACKEND = 'tgt,rbd'
+    VIRT = 'libvirt'
+
+    # -- helpers ----------------------------------------------------------
+
+    def new_volume_on(self, backend, name, image=None):
+        body = {'size': 1, 'name': name, 'volume_type': backend}
+        if image:
+            body['imageRef'] = image
+        vol_id = self.api('POST', '/volumes', {'volume': body})['volume']['id']
+        self.wait(lambda: self.volume(vol_id)['status'] == 'available',
+                  'volume %s available' % name)
+        return vol_id
+
+    def boot_from_image(self, name):
+        """A server on the box's image (its root disk local to the host)."""
+        server_id = self.nova('POST', '/servers', {'server': {
+            'name': name, 'flavorRef': nova_service.FLAVORS[
+                0][1], 'networks': 'none',
+            'imageRef': self.box_image()}})['server']['id']
+        self.addCleanup(self.delete_server, server_id)
+        self.settled(server_id)
+        return server_id
+
+    def console(self, server_id):
+        path = os.path.join(self.state, 'nova', 'instances', server_id,
+                            'console.log')
+        if not os.path.exists(path):
+            return ''
+        with open(path, 'rb') as f:
+            return f.read().decode('ascii', 'replace')
+
+    def console_lines(self, server_id):
+        """How many writes (done or failed) the guest reported."""
+        return self.console(server_id).count('BOXGUEST ')
+
+    def rbd_record(self, vol_id):
+        ceph = self.box.service('ceph').settings(self.box.ctx)
+        cluster = rados.Rados(conffile=ceph['CEPH_CONF'], conf={
+            'keyring': ceph['CEPH_ADMIN_KEYRING']})
+        cluster.connect(timeout=30)
+        try:
+            with cluster.open_ioctx(ceph['CEPH_POOL']) as ioctx:
+                with rbd.Image(ioctx, 'volume-' + vol_id,
+                               read_only=True) as image:
+                    return guest_image.parse_record(image.read(0, 512))
+        finally:
+            cluster.shutdown()
+
+    def record(self, vol_id):
+        """(tag, disk, n) at offset 0 of the volume, or None."""
+        if self.volume(vol_id)['volume_type'] == 'rbd':
+            return self.rbd_record(vol_id)
+        return guest_image.read_record(self.backing_path(vol_id))
+
+    def writing(self, server_id, vol_id):
+        """Wait until the guest's writes land on the volume; its disk.
+
+        The control: two new records of *server_id* (not the one there
+        when the wait began: a guest booted again counts from 1), the
+        second with a higher counter.
+        """
+        start, seen = self.record(vol_id), []
+
+        def rising():
+            rec = self.record(vol_id)
+            if rec and rec != start and rec[0] == server_id:
+                seen.append(rec)
+            return len(seen) >= 2 and seen[-1][2] > seen[0][2]
+        self.wait(rising, 'guest %s writing volume %s (console: %s)' % (
+            server_id, vol_id, self.console(server_id)[-300:]), timeout=180)
+        return seen[-1][1]
+
+    def assert_nothing_lands(self, server_id, vol_id, hold):
+        """Over *hold* seconds the record stays, while the guest runs on.
+
+        The guest's console must keep growing (writes to its other disks,
+        or failed writes to this one): a guest that stopped altogether
+        would prove nothing.
+        """
+        before = self.record(vol_id)
+        alive = self.console_lines(server_id)
+        time.sleep(hold)
+        self.assertEqual(before, self.record(vol_id),
+                         'the guest still writes volume %s' % vol_id)
+        self.assertGreater(self.console_lines(server_id), alive,
+                           'the guest stopped altogether: nothing proven')
+        return before
+
+    def service_force_detach(self, vol_id):
+        """The operator command Nova's service user runs (service token)."""
+        res = self.shell(self.box.service('cinder').manage_command(
+            self.box.ctx, '--service-token volume force-detach ' + vol_id,
+            'service'))
+        self.assertEqual(0, res.returncode, res.stdout + res.stderr)
+        self.assertEqual('available', self.volume(vol_id)['status'])
+        self.assertEqual([], self.attachments(vol_id))
+
+    def grant_other_host(self, vol_id):
+        """A Cinder attachment of *vol_id* to another compute host."""
+        connector = {'host': OTHER_HOST, 'ip': self.box.info['host'],
+                     'initiator': nova_service.initiator_name(OTHER_HOST),
+                     'multipath': False, 'platform': 'x86_64',
+                     'os_type': 'linux'}
+        att = self.api('POST', '/attachments', {'attachment': {
+            'volume_uuid': vol_id, 'connector': connector}})['attachment']
+        self.addCleanup(self.delete_attachment, att['id'])
+        return att
+
+    def delete_attachment(self, attachment_id):
+        try:
+            self.api('DELETE', '/attachments/' + attachment_id)
+        except urllib.error.HTTPError as err:
+            if err.code != 404:
+                raise
+
+    # -- the flows ----------------------------------------------------------
+
+    def test_rbd_boot_from_volume_force_detach_stops_qemu_librbd(self):
+        """Boot from an RBD volume; the service user's force-detach.
+
+        qemu opened the image with its own librbd (Nova's network disk);
+        after the force-detach its client is fenced: the root disk's
+        record stops changing, also once the volume is attached to another
+        host, while the guest itself runs on.  Without the fence (our
+        ``FenceClientsTask``) qemu keeps writing: upstream's RBD
+        ``terminate_connection`` does nothing on the backend.
+        """
+        boot_id = self.new_volume_on('rbd', 'guest-rbd-boot',
+                                     self.box_image())
+        server_id = self.boot('guest-rbd', boot_id)
+        disk = self.writing(server_id, boot_id)
+        self.assertEqual('vda', disk)
+        self.service_force_detach(boot_id)
+        self.assert_nothing_lands(server_id, boot_id, 10)
+        self.grant_other_host(boot_id)
+        self.assert_nothing_lands(server_id, boot_id, 10)
+        self.assertIn('error vda', self.console(server_id))
+
+    def test_tgt_force_detach_then_a_grant_elsewhere_does_not_resume(self):
+        """A data volume on tgt, qemu's libiscsi; force-detach, regrant.
+
+        After the force-detach the target is gone and the guest's writes
+        to the volume stop landing while it keeps writing its root disk.
+        The volume is then granted to another host (a new target, its ACL
+        naming the other initiator): after longer than libiscsi's
+        reconnect, still nothing of the old guest lands.  Once that grant
+        ends, a hard reboot makes Nova drop its stale BDM (Nova refuses to
+        detach a volume Cinder has as detached), and the rebooted guest
+        does not get the volume back.
+        """
+        server_id = self.boot_from_image('guest-tgt')
+        vol_id = self.new_volume_on('tgt', 'guest-tgt-data')
+        self.attach(server_id, vol_id)
+        self.writing(server_id, vol_id)
+        self.service_force_detach(vol_id)
+        self.assert_nothing_lands(server_id, vol_id, 5)
+        self.assertEqual((False, []), self.target(vol_id))
+        grant = self.grant_other_host(vol_id)
+        self.assertEqual(
+            (True, [nova_service.initiator_name(OTHER_HOST)]),
+            self.target(vol_id))
+        self.assert_nothing_lands(server_id, vol_id, HOLD)
+        self.api('DELETE', '/attachments/' + grant['id'])
+        # Nova refuses to detach a volume Cinder says is detached; a hard
+        # reboot finds the attachment gone and drops the BDM.
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'reboot': {'type': 'HARD'}})
+        self.settled(server_id)
+        self.wait(lambda: vol_id not in self.nova_volumes(server_id),
+                  'Nova to drop the stale BDM')
+        self.assertEqual((False, []), self.target(vol_id))
+        self.wait(lambda: ' wrote vda ' in self.console(server_id),
+                  'the rebooted guest writing its root disk')
+        self.assert_nothing_lands(server_id, vol_id, 3)
+
+    def test_nova_detach_while_the_guest_writes(self):
+        """Nova's own detach of a tgt and an RBD volume the guest writes.
+
+        Nova's libvirt driver unplugs the disk, then Cinder's attachment
+        delete calls our ``terminate_connection``: the volume is
+        ``available`` with no target left, and nothing lands after.
+        """
+        server_id = self.boot_from_image('guest-detach')
+        volumes = [self.new_volume_on(backend, 'guest-detach-' + backend)
+                   for backend in ('tgt', 'rbd')]
+        for vol_id in volumes:
+            self.attach(server_id, vol_id)
+        for vol_id in volumes:
+            self.writing(server_id, vol_id)
+        for vol_id in volumes:
+            self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
+                server_id, vol_id))
+            self.wait(lambda: self.volume(vol_id)['status'] == 'available',
+                      'volume %s available' % vol_id)
+        self.assertEqual((False, []), self.target(volumes[0]))
+        for vol_id in volumes:
+            self.assert_nothing_lands(server_id, vol_id, 3)
+
+    def test_shelve_offload_attach_detach_then_unshelve_writes_again(self):
+        """Shelve-offload, attachments without a host, unshelve.
+
+        Offloading destroys the guest: the boot volume (RBD) is
+        ``reserved`` with no connector and nothing lands.  A tgt volume
+        attached while offloaded has no export; one attached and detached
+        while offloaded is ``available``.  Unshelved on the box's host, the
+        same instance writes both volumes again.
+        """
+        boot_id = self.new_volume_on('rbd', 'guest-shelve-boot',
+                                     self.box_image())
+        first = self.new_volume_on('tgt', 'guest-shelve-first')
+        second = self.new_volume_on('tgt', 'guest-shelve-second')
+        server_id = self.boot('guest-shelve', boot_id)
+        self.writing(server_id, boot_id)
+        self.nova('POST', '/servers/%s/action' % server_id, {'shelve': None})
+        self.settled(server_id, 'SHELVED_OFFLOADED')
+        [reserved] = self.attachments(boot_id)
+        self.assertEqual('reserved', reserved['status'])
+        self.assertFalse(reserved['connection_info'])
+        offloaded = self.record(boot_id)
+        time.sleep(3)
+        self.assertEqual(offloaded, self.record(boot_id))
+
+        self.attach(server_id, first)
+        self.assertEqual((False, []), self.target(first))
+        self.attach(server_id, second)
+        self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
+            server_id, second))
+        self.wait(lambda: self.volume(second)['status'] == 'available',
+                  'detach while offloaded')
+        self.assertEqual((False, []), self.target(second))
+
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'unshelve': None})
+        self.settled(server_id)
+        self.assertEqual({boot_id, first}, self.nova_volumes(server_id))
+        self.writing(server_id, boot_id)
+        self.writing(server_id, first)
+        self.assertIsNone(self.record(second))
+
+    def test_volume_backed_rebuild_puts_the_new_image_under_the_guest(self):
+        """Rebuild (2.93) of a server booted from a tgt volume.
+
+        Nova stops the guest, Cinder's os-reimage writes the new image
+        through our driver, and the rebuilt guest boots from it: the
+        image's bytes are on the volume beyond the guest's record, and
+        the records there are the new boot's (its counter starts again),
+        none of the old guest's.
+        """
+        boot_id = self.new_volume_on('tgt', 'guest-rebuild-boot',
+                                     self.box_image())
+        server_id = self.boot('guest-rebuild', boot_id)
+        self.writing(server_id, boot_id)
+        # Long enough that the old guest's counter is above a new boot's.
+        self.wait(lambda: self.record(boot_id)[2] >= 20, 'twenty writes')
+        glance = self.box.service('glance-api')
+        props = self.box.http_json(glance.url(self.box.info) +
+                                   '/v2/images/' + self.box_image(), 'GET')
+        new_image = b'cinder-forcedetach rebuild\n'.ljust(2 << 20, b'\x5a')
+        image_id = glance.upload(self.box.ctx, 'guest-rebuild-image',
+                                 new_image, properties={
+                                     k: props[k] for k in (
+                                         'kernel_id', 'ramdisk_id',
+                                         'os_command_line')})
+        old = self.record(boot_id)
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'rebuild': {'imageRef': image_id}})
+        self.wait(lambda: self.server(server_id)['status'] != 'ACTIVE',
+                  'the rebuild to start', timeout=30)
+        self.settled(server_id)
+        with open(self.backing_path(boot_id), 'rb') as f:
+            f.seek(4096)
+            self.assertEqual(new_image[4096:], f.read(len(new_image) - 4096))
+        self.writing(server_id, boot_id)
+        tag, disk, counter = self.record(boot_id)
+        self.assertLess(counter, old[2],
+                        'the old guest\'s counter is on the volume')
+        self.assertEqual(image_id, self.volume(boot_id)[
+            'volume_image_metadata']['image_id'])
