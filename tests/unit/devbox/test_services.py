@@ -70,6 +70,13 @@ class RegistryTestCase(testtools.TestCase):
              'nova-scheduler', 'nova-compute'],
             services.process_order(EVERYTHING))
 
+    def test_libvirtd_before_the_compute_only_with_virt_libvirt(self):
+        order = services.process_order(dict(EVERYTHING, virt='libvirt'))
+        self.assertLess(order.index('libvirtd'), order.index('nova-api'))
+        self.assertNotIn('libvirtd', services.process_order(EVERYTHING))
+        self.assertNotIn('libvirtd', services.process_order(
+            dict(EVERYTHING, nova=False, virt='libvirt')))
+
     def test_the_smallest_box(self):
         self.assertEqual(
             ['epmd', 'rabbitmq', 'tgtd', 'cinder-scheduler', 'cinder-volume',
@@ -137,3 +144,51 @@ class ContextTestCase(testtools.TestCase):
         ctx.info = {'db': 'sqlite'}
         self.assertEqual('sqlite:///d/glance.sqlite',
                          ctx.database_url('glance', 'd'))
+
+
+class LibvirtServiceTestCase(testtools.TestCase):
+    """libvirtd of ``--virt libvirt``: the box's directories, not /etc."""
+
+    def setUp(self):
+        super(LibvirtServiceTestCase, self).setUp()
+        self.ctx = mock.Mock(dir=self.useFixture(fixtures.TempDir()).path)
+        self.svc = services.registry()['libvirtd']
+
+    def test_its_directories_are_bound_over_the_machines(self):
+        self.svc.write_conf(self.ctx)
+        argv = self.svc.argv(self.ctx)
+        self.assertEqual(['unshare', '--mount', '--propagation', 'private'],
+                         argv[:4])
+        script = argv[6]
+        for sub, target in (('etc', '/etc/libvirt'), ('run', '/run/libvirt'),
+                            ('lib', '/var/lib/libvirt')):
+            self.assertIn('mount --bind %s %s' % (
+                os.path.join(self.ctx.dir, 'libvirt', sub), target), script)
+        with open(os.path.join(self.ctx.dir, 'libvirt', 'etc',
+                               'qemu.conf')) as f:
+            qemu_conf = f.read()
+        self.assertIn('cgroup_controllers = [ ]', qemu_conf)
+        self.assertIn('stdio_handler = "file"', qemu_conf)
+        self.assertEqual(
+            'qemu+unix:///system?socket=%s/libvirt/run/libvirt-sock' %
+            self.ctx.dir, self.svc.uri(self.ctx))
+
+    def test_the_ceph_key_never_reaches_an_argument(self):
+        keyring = os.path.join(self.ctx.dir, 'keyring')
+        with open(keyring, 'w') as f:
+            f.write('[client.cinder]\n\tkey = QUFBQQ==\n')
+        os.makedirs(os.path.join(self.ctx.dir, 'libvirt'))
+        calls = []
+
+        def virsh(ctx, *args, **kwargs):
+            if args[0] == 'secret-set-value':
+                with open(args[args.index('--file') + 1]) as f:
+                    calls.append((args, f.read()))
+            else:
+                calls.append((args, None))
+        self.svc.virsh = virsh
+        self.svc.ensure_ceph_secret(self.ctx, 'cinder', keyring)
+        self.assertEqual('secret-define', calls[0][0][0])
+        self.assertEqual('QUFBQQ==', calls[1][1])
+        for args, _content in calls:
+            self.assertNotIn('QUFBQQ==', ' '.join(args))
