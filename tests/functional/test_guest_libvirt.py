@@ -32,7 +32,6 @@ waits longer than libiscsi's reconnect before looking again.
 
 import os
 import time
-import urllib.error
 
 import rados
 import rbd
@@ -55,15 +54,6 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
     VIRT = 'libvirt'
 
     # -- helpers ----------------------------------------------------------
-
-    def new_volume_on(self, backend, name, image=None):
-        body = {'size': 1, 'name': name, 'volume_type': backend}
-        if image:
-            body['imageRef'] = image
-        vol_id = self.api('POST', '/volumes', {'volume': body})['volume']['id']
-        self.wait(lambda: self.volume(vol_id)['status'] == 'available',
-                  'volume %s available' % name)
-        return vol_id
 
     def boot_from_image(self, name):
         """A server on the box's image (its root disk local to the host)."""
@@ -157,15 +147,9 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
                      'os_type': 'linux'}
         att = self.api('POST', '/attachments', {'attachment': {
             'volume_uuid': vol_id, 'connector': connector}})['attachment']
-        self.addCleanup(self.delete_attachment, att['id'])
+        self.addCleanup(self.unless_gone, self.api, 'DELETE',
+                        '/attachments/' + att['id'])
         return att
-
-    def delete_attachment(self, attachment_id):
-        try:
-            self.api('DELETE', '/attachments/' + attachment_id)
-        except urllib.error.HTTPError as err:
-            if err.code != 404:
-                raise
 
     # -- the flows ----------------------------------------------------------
 
@@ -179,8 +163,8 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         ``FenceClientsTask``) qemu keeps writing: upstream's RBD
         ``terminate_connection`` does nothing on the backend.
         """
-        boot_id = self.new_volume_on('rbd', 'guest-rbd-boot',
-                                     self.box_image())
+        boot_id = self.new_volume('guest-rbd-boot', self.box_image(),
+                                  backend='rbd')
         started = time.monotonic()
         server_id = self.boot('guest-rbd', boot_id)
         disk = self.writing(server_id, boot_id)
@@ -208,7 +192,7 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         does not get the volume back.
         """
         server_id = self.boot_from_image('guest-tgt')
-        vol_id = self.new_volume_on('tgt', 'guest-tgt-data')
+        vol_id = self.new_volume('guest-tgt-data', backend='tgt')
         self.attach(server_id, vol_id)
         self.writing(server_id, vol_id)
         self.service_force_detach(vol_id)
@@ -240,17 +224,14 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         ``available`` with no target left, and nothing lands after.
         """
         server_id = self.boot_from_image('guest-detach')
-        volumes = [self.new_volume_on(backend, 'guest-detach-' + backend)
+        volumes = [self.new_volume('guest-detach-' + backend, backend=backend)
                    for backend in ('tgt', 'rbd')]
         for vol_id in volumes:
             self.attach(server_id, vol_id)
         for vol_id in volumes:
             self.writing(server_id, vol_id)
         for vol_id in volumes:
-            self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
-                server_id, vol_id))
-            self.wait(lambda: self.volume(vol_id)['status'] == 'available',
-                      'volume %s available' % vol_id)
+            self.nova_detach(server_id, vol_id)
         self.assertEqual((False, []), self.target(volumes[0]))
         for vol_id in volumes:
             self.assert_nothing_lands(server_id, vol_id, 3)
@@ -264,10 +245,10 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         while offloaded is ``available``.  Unshelved on the box's host, the
         same instance writes both volumes again.
         """
-        boot_id = self.new_volume_on('rbd', 'guest-shelve-boot',
-                                     self.box_image())
-        first = self.new_volume_on('tgt', 'guest-shelve-first')
-        second = self.new_volume_on('tgt', 'guest-shelve-second')
+        boot_id = self.new_volume('guest-shelve-boot', self.box_image(),
+                                  backend='rbd')
+        first = self.new_volume('guest-shelve-first', backend='tgt')
+        second = self.new_volume('guest-shelve-second', backend='tgt')
         server_id = self.boot('guest-shelve', boot_id)
         self.writing(server_id, boot_id)
         self.nova('POST', '/servers/%s/action' % server_id, {'shelve': None})
@@ -282,10 +263,7 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         self.attach(server_id, first)
         self.assertEqual((False, []), self.target(first))
         self.attach(server_id, second)
-        self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
-            server_id, second))
-        self.wait(lambda: self.volume(second)['status'] == 'available',
-                  'detach while offloaded')
+        self.nova_detach(server_id, second, 'detach while offloaded')
         self.assertEqual((False, []), self.target(second))
 
         self.nova('POST', '/servers/%s/action' % server_id,
@@ -305,8 +283,8 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         the records there are the new boot's (its counter starts again),
         none of the old guest's.
         """
-        boot_id = self.new_volume_on('tgt', 'guest-rebuild-boot',
-                                     self.box_image())
+        boot_id = self.new_volume('guest-rebuild-boot', self.box_image(),
+                                  backend='tgt')
         server_id = self.boot('guest-rebuild', boot_id)
         self.writing(server_id, boot_id)
         # Long enough that the old guest's counter is above a new boot's.

@@ -149,10 +149,12 @@ class _NovaBoxTestCase(testtools.TestCase):
         return self.api('GET', '/attachments/detail?volume_id=' +
                         vol_id)['attachments']
 
-    def new_volume(self, name, image=None):
+    def new_volume(self, name, image=None, backend=None):
         body = {'size': 1, 'name': name}
         if image:
             body['imageRef'] = image
+        if backend:
+            body['volume_type'] = backend
         vol_id = self.api('POST', '/volumes', {'volume': body})['volume']['id']
         self.wait(lambda: self.volume(vol_id)['status'] == 'available',
                   'volume %s available' % name)
@@ -183,8 +185,13 @@ class _NovaBoxTestCase(testtools.TestCase):
         return server_id
 
     def delete_server(self, server_id):
+        self.unless_gone(self.nova, 'DELETE', '/servers/' + server_id)
+
+    @staticmethod
+    def unless_gone(call, *args):
+        """``call(*args)``; a 404 (already gone) is fine."""
         try:
-            self.nova('DELETE', '/servers/' + server_id)
+            call(*args)
         except urllib.error.HTTPError as err:
             if err.code != 404:
                 raise
@@ -194,6 +201,13 @@ class _NovaBoxTestCase(testtools.TestCase):
                   {'volumeAttachment': {'volumeId': vol_id}})
         self.wait(lambda: self.volume(vol_id)['status'] == 'in-use',
                   'volume %s in-use' % vol_id)
+
+    def nova_detach(self, server_id, vol_id, what='Nova\'s detach'):
+        """Detach through Nova; wait until Cinder has it available."""
+        self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
+            server_id, vol_id))
+        self.wait(lambda: self.volume(vol_id)['status'] == 'available',
+                  what)
 
     def nova_volumes(self, server_id):
         return {a['volumeId'] for a in self.nova(
@@ -422,10 +436,7 @@ class NovaBoxTestCase(nova_audit_cases.NovaAuditCases, _NovaBoxTestCase):
         self.assertFalse(att['connection_info'])
         self.assertEqual((False, []), self.target(first))
         self.attach(server_id, second)
-        self.nova('DELETE', '/servers/%s/os-volume_attachments/%s' % (
-            server_id, second))
-        self.wait(lambda: self.volume(second)['status'] == 'available',
-                  'detach while offloaded')
+        self.nova_detach(server_id, second, 'detach while offloaded')
         self.assertEqual([], self.attachments(second))
 
         self.nova('POST', '/servers/%s/action' % server_id,
