@@ -23,7 +23,9 @@ line per write on the console (``console=ttyS0``)::
     BOXGUEST <tag> wrote <disk> <counter>
     BOXGUEST <tag> error <disk> <counter>
 
-The record on the disk is ``BOXGUEST <tag> <disk> <counter>\\n`` padded
+``<tag>`` is the kernel parameter ``boxtag=``, else the SMBIOS system
+UUID (under Nova: the instance's UUID), else ``guest``.  The record on
+the disk is ``BOXGUEST <tag> <disk> <counter>\\n`` padded
 with NULs to 512 bytes (:func:`parse_record`, :func:`read_record`).  Each
 disk has its own background loop, so a ``dd`` hanging on a cut iSCSI disk
 does not stop the writes to the others.
@@ -72,30 +74,6 @@ def cmdline(tag=DEFAULT_TAG):
     if not _TAG_RE.match(tag):
         raise ValueError('bad guest tag %r' % (tag,))
     return 'console=ttyS0 boxtag=%s quiet panic=-1' % tag
-
-
-def qemu_argv(kernel, initramfs, tag=DEFAULT_TAG, console_log=None,
-              monitor=None, drives=(), memory=256,
-              qemu='qemu-system-x86_64'):
-    """The argv of qemu (TCG) booting the guest.
-
-    ``drives`` are raw image/device paths attached as virtio disks
-    (vda, vdb, ... in order); ``console_log`` the file the serial console
-    goes to (else stdio); ``monitor`` a unix socket path for the human
-    monitor (hot-plug with ``drive_add``/``device_add``).
-    """
-    argv = [qemu, '-accel', 'tcg', '-machine', 'pc', '-m', str(memory),
-            '-nodefaults', '-no-reboot', '-display', 'none',
-            '-kernel', kernel, '-initrd', initramfs,
-            '-append', cmdline(tag)]
-    for path in drives:
-        argv += ['-drive', 'file=%s,if=virtio,format=raw,cache=none' % path]
-    argv += ['-serial', 'file:%s' % console_log if console_log else 'stdio']
-    if monitor:
-        argv += ['-monitor', 'unix:%s,server,nowait' % monitor]
-    else:
-        argv += ['-monitor', 'none']
-    return argv
 
 
 # --- records -----------------------------------------------------------
