@@ -22,7 +22,6 @@ share the box with others, so findings are looked at for their own
 volumes only.
 """
 
-import json
 import uuid
 
 from devbox.services import nova as nova_service
@@ -35,26 +34,6 @@ BOX_IQN = nova_service.initiator_name(nova_service.COMPUTE_HOST)
 
 class NovaAuditCases(object):
     """Audit cases that involve Nova, on real Nova (a mixin)."""
-
-    def audit(self, *args):
-        """(exit code, this box's findings by volume) of one audit run."""
-        cinder, ctx = self.box.service('cinder'), self.box.ctx
-        res = self.shell(cinder.manage_command(
-            ctx, '--format json audit --grace 0 %s --config-file %s' % (
-                ' '.join(args), cinder.conf_path(ctx))))
-        try:
-            data = json.loads(res.stdout)
-        except ValueError:
-            self.fail('audit printed no JSON (exit %d): %s %s' % (
-                res.returncode, res.stdout, res.stderr[-3000:]))
-        self.assertTrue(data['summary']['nova consulted'],
-                        'the audit did not read Nova: %s' % data)
-        password = self.box.ctx.secrets()['cinder_password']
-        self.assertNotIn(password, res.stdout + res.stderr)
-        by_volume = {}
-        for row in data['findings']:
-            by_volume.setdefault(row['volume'], []).append(row)
-        return res.returncode, by_volume
 
     def test_audit_force_detaches_an_attachment_nova_has_no_mapping_of(self):
         """attachment_without_bdm: fixed by our flow; the host is cut.

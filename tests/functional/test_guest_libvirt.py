@@ -30,6 +30,7 @@ is ever granted again: the tgt test grants the volume to another host and
 waits longer than libiscsi's reconnect before looking again.
 """
 
+import json
 import os
 import time
 
@@ -186,10 +187,12 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         to the volume stop landing while it keeps writing its root disk.
         The volume is then granted to another host (a new target, its ACL
         naming the other initiator): after longer than libiscsi's
-        reconnect, still nothing of the old guest lands.  Once that grant
-        ends, a hard reboot makes Nova drop its stale BDM (Nova refuses to
-        detach a volume Cinder has as detached), and the rebooted guest
-        does not get the volume back.
+        reconnect, still nothing of the old guest lands.  Our audit sees
+        only Nova's stale mapping (``bdm_without_attachment``).  Once that
+        grant ends, a hard reboot makes Nova drop its stale BDM (Nova
+        refuses to detach a volume Cinder has as detached; its
+        ``_delete_dangling_bdms``), the rebooted guest does not get the
+        volume back, and the audit finds nothing more.
         """
         server_id = self.boot_from_image('guest-tgt')
         vol_id = self.new_volume('guest-tgt-data', backend='tgt')
@@ -198,6 +201,11 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         self.service_force_detach(vol_id)
         self.assert_nothing_lands(server_id, vol_id, 5)
         self.assertEqual((False, []), self.target(vol_id))
+        # The audit agrees: Nova's mapping is all that is left (no leaked
+        # export, no session), and repairing it is Nova's.
+        _code, findings = self.audit()
+        self.assertEqual(['bdm_without_attachment'],
+                         [f['case'] for f in findings.get(vol_id, [])])
         grant = self.grant_other_host(vol_id)
         self.assertEqual(
             (True, [nova_service.initiator_name(OTHER_HOST)]),
@@ -215,6 +223,7 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         self.wait(lambda: ' wrote vda ' in self.console(server_id),
                   'the rebooted guest writing its root disk')
         self.assert_nothing_lands(server_id, vol_id, 3)
+        self.assertNotIn(vol_id, self.audit()[1])
 
     def test_nova_detach_while_the_guest_writes(self):
         """Nova's own detach of a tgt and an RBD volume the guest writes.
@@ -313,3 +322,30 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
                         'the old guest\'s counter is on the volume')
         self.assertEqual(image_id, self.volume(boot_id)[
             'volume_image_metadata']['image_id'])
+
+    def test_volume_attachment_refresh_after_a_monitor_move(self):
+        """``nova-manage volume_attachment refresh`` (RBD), at the guest.
+
+        The Ceph monitor moves to 127.0.0.2 while the server is stopped;
+        the refresh gives Nova's BDM the new monitor address, and the
+        restarted guest's qemu reaches the image through it and writes.
+        """
+        server_id = self.boot_from_image('guest-mon')
+        vol_id = self.new_volume('guest-mon-data', backend='rbd')
+        self.attach(server_id, vol_id)
+        self.writing(server_id, vol_id)
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'os-stop': None})
+        self.settled(server_id, 'SHUTOFF')
+        stopped = self.record(vol_id)
+        ceph = self.box.service('ceph')
+        ceph.run(self.box.ctx, 'move-mon', '127.0.0.2')
+        self.addCleanup(ceph.run, self.box.ctx, 'move-mon', '127.0.0.1')
+        _connector, after = self.refresh(server_id, vol_id)
+        self.assertEqual(['127.0.0.2'], json.loads(
+            after['connection_info'])['data']['hosts'])
+        self.assertEqual(stopped, self.record(vol_id))
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'os-start': None})
+        self.settled(server_id)
+        self.writing(server_id, vol_id)

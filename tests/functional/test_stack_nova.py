@@ -245,6 +245,26 @@ class _NovaBoxTestCase(testtools.TestCase):
         self.assertIsNotNone(host.opened, host.output)
         return host
 
+    def audit(self, *args):
+        """(exit code, this box's findings by volume) of one audit run."""
+        cinder, ctx = self.box.service('cinder'), self.box.ctx
+        res = self.shell(cinder.manage_command(
+            ctx, '--format json audit --grace 0 %s --config-file %s' % (
+                ' '.join(args), cinder.conf_path(ctx))))
+        try:
+            data = json.loads(res.stdout)
+        except ValueError:
+            self.fail('audit printed no JSON (exit %d): %s %s' % (
+                res.returncode, res.stdout, res.stderr[-3000:]))
+        self.assertTrue(data['summary']['nova consulted'],
+                        'the audit did not read Nova: %s' % data)
+        password = self.box.ctx.secrets()['cinder_password']
+        self.assertNotIn(password, res.stdout + res.stderr)
+        by_volume = {}
+        for row in data['findings']:
+            by_volume.setdefault(row['volume'], []).append(row)
+        return res.returncode, by_volume
+
     def manage(self, *args):
         """nova-manage on the compute host, its JSON answer."""
         res = run([os.path.join(self.box.info['venv'], 'bin', 'nova-manage'),
