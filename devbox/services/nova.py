@@ -262,7 +262,8 @@ class Nova(base.Service):
                               IMAGE, 'GET')['images']
         if found:
             return
-        # The fake driver never reads it: a marker, then zeros.
+        # A marker, then zeros: the fake driver never reads it; a libvirt
+        # guest writes its records over it (its kernel is another image).
         data = b'cinder-forcedetach box image\n'.ljust(1 << 20, b'\0')
         properties = {}
         if self.libvirt(ctx.info):
