@@ -65,6 +65,16 @@ def parse_env(text):
     return values
 
 
+def keyring_key(path):
+    """The (base64) key of a keyring file, or None.  Never print it."""
+    with open(path) as f:
+        for line in f:
+            name, sep, value = line.partition('=')
+            if sep and name.strip() == 'key':
+                return value.strip()
+    return None
+
+
 class CephDev(object):
     """The ``tools/ceph-dev.sh`` cluster in *directory*.
 

@@ -29,6 +29,7 @@ import subprocess
 import tempfile
 
 from devbox import boxutil
+from devbox import ceph_dev
 from devbox.services import base
 
 #: The libvirt secret of the Ceph user's key, named by Cinder's
@@ -122,12 +123,7 @@ class Libvirt(base.Service):
         The key goes from the keyring file to libvirt through a private
         temporary file (``secret-set-value --file``): never an argument.
         """
-        key = None
-        with open(keyring_path) as f:
-            for line in f:
-                name, _sep, value = line.partition('=')
-                if name.strip() == 'key':
-                    key = value.strip()
+        key = ceph_dev.keyring_key(keyring_path)
         if not key:
             raise base.StackError('no key in %s' % keyring_path)
         with tempfile.NamedTemporaryFile('w', suffix='.xml') as xml:

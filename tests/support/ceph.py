@@ -105,11 +105,7 @@ class TestCluster(ceph_dev.CephDev):
     @property
     def cinder_key(self):
         """The client.cinder key: only ever compared, never printed."""
-        with open(self.keyring) as f:
-            for line in f:
-                if line.strip().startswith('key'):
-                    return line.split('=', 1)[1].strip()
-        return None
+        return ceph_dev.keyring_key(self.keyring)
 
     def build_shim(self):
         """The LD_PRELOAD bind shim (None without a C compiler)."""
