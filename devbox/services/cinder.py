@@ -204,7 +204,7 @@ class Cinder(base.Service):
                 'rbd_pool': settings['CEPH_POOL'],
                 'forcedetach_rbd_keyring': settings['CEPH_KEYRING'],
             })
-            if info.get('virt') == 'libvirt':
+            if libvirt.uses_libvirt(info):
                 # What Nova's libvirt driver names in the guest's disk:
                 # the libvirt secret holding this user's key (devstack's
                 # CINDER_CEPH_UUID).

@@ -58,12 +58,17 @@ log_outputs = "3:stderr"
 '''
 
 
+def uses_libvirt(info):
+    """Whether a stack with settings *info* runs Nova's libvirt driver."""
+    return bool(info.get('nova')) and info.get('virt') == 'libvirt'
+
+
 class Libvirt(base.Service):
 
     name = 'libvirtd'
 
     def enabled(self, info):
-        return bool(info.get('nova')) and info.get('virt') == 'libvirt'
+        return uses_libvirt(info)
 
     @staticmethod
     def directory(ctx):

@@ -33,6 +33,7 @@ from devbox import boxutil
 from devbox import guest_image
 from devbox.services import base
 from devbox.services import ceph
+from devbox.services import libvirt
 
 #: Nova's processes, in start order.
 PROCESSES = ('nova-api', 'nova-conductor', 'nova-scheduler', 'nova-compute')
@@ -146,7 +147,7 @@ class Nova(base.Service):
             # A fake hypervisor: no images are copied, no resources used.
             'compute': {'cpu_allocation_ratio': '16.0'},
         })
-        if self.libvirt(info):
+        if libvirt.uses_libvirt(info):
             conf['DEFAULT']['compute_driver'] = 'box_libvirt.BoxLibvirtDriver'
             conf['libvirt'] = {
                 # TCG: KVM is nested on these machines and hangs guests.
@@ -161,11 +162,6 @@ class Nova(base.Service):
         boxutil.write_conf(
             os.path.join(d, 'nova-api.conf'), boxutil.conf({'DEFAULT': {
                 'log_file': os.path.join(ctx.log_dir, 'nova-api.log')}}))
-
-    @staticmethod
-    def libvirt(info):
-        """Whether the compute runs Nova's libvirt driver."""
-        return info.get('virt') == 'libvirt'
 
     def _manage(self, ctx, *args, ok=(0,)):
         ctx.manage('nova-manage', ['--config-file', self.conf_path(ctx)] +
@@ -199,7 +195,7 @@ class Nova(base.Service):
         if not ctx.proc('nova-compute').alive():
             python = os.path.join(ctx.info['venv'], 'bin', 'python')
             extra = []
-            if self.libvirt(ctx.info):
+            if libvirt.uses_libvirt(ctx.info):
                 extra = ['--libvirt']
                 self._ceph_secret(ctx)
             ctx.proc('nova-compute').start(
@@ -266,7 +262,7 @@ class Nova(base.Service):
         # guest writes its records over it (its kernel is another image).
         data = b'cinder-forcedetach box image\n'.ljust(1 << 20, b'\0')
         properties = {}
-        if self.libvirt(ctx.info):
+        if libvirt.uses_libvirt(ctx.info):
             # A guest qemu boots from its kernel and initramfs (direct
             # kernel boot); its init writes a counter to every disk.
             kernel, initramfs = guest_image.build(
@@ -308,7 +304,7 @@ class Nova(base.Service):
 
     def virt_name(self, info):
         return ("Nova's libvirt driver, qemu TCG guests"
-                if self.libvirt(info) else "Nova's fake virt driver")
+                if libvirt.uses_libvirt(info) else "Nova's fake virt driver")
 
     def commands(self, ctx):
         cinder = ctx.service('cinder')
@@ -326,7 +322,7 @@ class Nova(base.Service):
                 prefix, FLAVORS[0][0]),
             'Its attachments:',
             '  %s volume-attachments box-server' % prefix]
-        if self.libvirt(ctx.info):
+        if libvirt.uses_libvirt(ctx.info):
             lines += [
                 'What the guest writes (a line per write to each disk):',
                 '  tail -f %s' % os.path.join(
