@@ -56,16 +56,6 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
 
     # -- helpers ----------------------------------------------------------
 
-    def boot_from_image(self, name):
-        """A server on the box's image (its root disk local to the host)."""
-        server_id = self.nova('POST', '/servers', {'server': {
-            'name': name, 'flavorRef': nova_service.FLAVORS[
-                0][1], 'networks': 'none',
-            'imageRef': self.box_image()}})['server']['id']
-        self.addCleanup(self.delete_server, server_id)
-        self.settled(server_id)
-        return server_id
-
     def console(self, server_id):
         path = os.path.join(self.state, 'nova', 'instances', server_id,
                             'console.log')
@@ -194,7 +184,7 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         ``_delete_dangling_bdms``), the rebooted guest does not get the
         volume back, and the audit finds nothing more.
         """
-        server_id = self.boot_from_image('guest-tgt')
+        server_id = self.boot('guest-tgt')
         vol_id = self.new_volume('guest-tgt-data', backend='tgt')
         self.attach(server_id, vol_id)
         self.writing(server_id, vol_id)
@@ -232,7 +222,7 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         delete calls our ``terminate_connection``: the volume is
         ``available`` with no target left, and nothing lands after.
         """
-        server_id = self.boot_from_image('guest-detach')
+        server_id = self.boot('guest-detach')
         volumes = [self.new_volume('guest-detach-' + backend, backend=backend)
                    for backend in ('tgt', 'rbd')]
         for vol_id in volumes:
@@ -330,7 +320,7 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         the refresh gives Nova's BDM the new monitor address, and the
         restarted guest's qemu reaches the image through it and writes.
         """
-        server_id = self.boot_from_image('guest-mon')
+        server_id = self.boot('guest-mon')
         vol_id = self.new_volume('guest-mon-data', backend='rbd')
         self.attach(server_id, vol_id)
         self.writing(server_id, vol_id)

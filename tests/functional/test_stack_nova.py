@@ -174,12 +174,18 @@ class _NovaBoxTestCase(testtools.TestCase):
                     srv['OS-EXT-STS:task_state'] is None)
         self.wait(done, 'server %s %s' % (server_id, status))
 
-    def boot(self, name, boot_volume):
-        server_id = self.nova('POST', '/servers', {'server': {
-            'name': name, 'flavorRef': nova_service.FLAVORS[0][1],
-            'networks': 'none', 'block_device_mapping_v2': [{
+    def boot(self, name, boot_volume=None):
+        """A server booted from *boot_volume*, else from the box's image."""
+        server = {'name': name, 'flavorRef': nova_service.FLAVORS[0][1],
+                  'networks': 'none'}
+        if boot_volume:
+            server['block_device_mapping_v2'] = [{
                 'source_type': 'volume', 'destination_type': 'volume',
-                'uuid': boot_volume, 'boot_index': 0}]}})['server']['id']
+                'uuid': boot_volume, 'boot_index': 0}]
+        else:
+            server['imageRef'] = self.box_image()
+        server_id = self.nova('POST', '/servers',
+                              {'server': server})['server']['id']
         self.addCleanup(self.delete_server, server_id)
         self.settled(server_id)
         return server_id
