@@ -63,6 +63,19 @@ class RefusalTestCase(testtools.TestCase):
             'libiscsi:1 iscsi_service: socket error Connection refused(111).'
             + IQN + '\n' + hangup))
 
+    def test_relogin_closed_by_the_target(self):
+        """A try that failed with no error: tgtd hung up the login."""
+        tries = ''.join('libiscsi:1 reconnect try %d failed, waiting %d '
+                        'seconds' % (n, n) + IQN + '\n' for n in (6, 7, 8))
+        self.assertEqual('login closed by the target: reconnect try 8 '
+                         'failed with no error', initiator.refusal(tries))
+        # One try line alone: its error may be in an earlier output.
+        self.assertIsNone(initiator.refusal(tries.splitlines()[0]))
+        # tgtd down: each try logs the refused connection.
+        self.assertIsNone(initiator.refusal(
+            'libiscsi:1 iscsi_service: socket error Connection refused(111) '
+            'while connecting.' + IQN + '\n' + tries))
+
     def test_no_refusal(self):
         for text in ('', 'qemu-io> ',
                      'libiscsi:1 SENSE KEY:UNIT_ATTENTION(6) '
