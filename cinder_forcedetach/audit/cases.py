@@ -27,12 +27,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-from typing import Any, Iterable, Optional, Sequence, TYPE_CHECKING, TypeGuard
+from typing import Any, Iterable, Optional, Sequence, TypeGuard
 
+from cinder_forcedetach.audit import records
 from cinder_forcedetach import host_access
-
-if TYPE_CHECKING:
-    from cinder_forcedetach.audit import records
 
 Case = collections.namedtuple('Case', ['name', 'summary', 'usecase',
                                        'repair'])
@@ -106,6 +104,11 @@ RESUME = 'resume'            # flow for each recorded connector
 NONE = 'none'                # not ours to repair
 
 TRANSITIONS = ('attaching', 'detaching', 'reserved')
+#: Seconds a volume or attachment must have been left alone before its
+#: state counts as a finding: an operation may still be under way.
+DEFAULT_GRACE = 600
+#: The server listing's key for a server's volumes (Nova's API).
+SERVER_VOLUMES = 'os-extended-volumes:volumes_attached'
 # Nova instance states in which its volumes may be torn down.
 INACTIVE_VM_STATES = ('shelved_offloaded', 'deleted', 'soft-delete')
 
@@ -187,6 +190,23 @@ class Nova(object):
         for bdm in self.bdms:
             self.by_volume[bdm.volume_id].append(bdm)
 
+    @classmethod
+    def from_servers(cls, servers: Iterable[dict[str, Any]]) -> Nova:
+        """Mappings from Nova's server listing (``GET /servers/detail``).
+
+        It names each server's volumes, not attachment ids: mappings
+        match Cinder's attachments by instance and volume.
+        """
+        instances: dict[str, str] = {}
+        bdms = []
+        for server in servers:
+            state = server.get('OS-EXT-STS:vm_state') or 'unknown'
+            instances[server['id']] = state
+            for vol in server.get(SERVER_VOLUMES) or []:
+                bdms.append(records.Bdm(server['id'], vol['id'], None, state,
+                                        server.get('OS-EXT-SRV-ATTR:host')))
+        return cls(bdms, instances)
+
     def bdm_of(self, attachment: records.Attachment
                ) -> Optional[records.Bdm]:
         """The mapping of *attachment*'s instance and volume, if Nova has it.
@@ -223,9 +243,9 @@ def _active(bdm: Optional[records.Bdm]) -> TypeGuard[records.Bdm]:
     return bdm is not None and bdm.vm_state not in INACTIVE_VM_STATES
 
 
-def _recent(volume: records.Volume,
-            attachments: Iterable[records.Attachment],
-            now: Optional[datetime.datetime], grace: float) -> bool:
+def recently_changed(volume: records.Volume,
+                     attachments: Iterable[records.Attachment],
+                     now: Optional[datetime.datetime], grace: float) -> bool:
     """Touched within the grace period: an operation may be under way."""
     if not grace or now is None:
         return False
@@ -425,7 +445,7 @@ def classify(snapshot: Snapshot, grace: float = 0
             skipped['backend %s unreachable' % backend.name] += 1
             continue
         live = snapshot.attachments.get(volume.id, [])
-        if _recent(volume, live, snapshot.now, grace):
+        if recently_changed(volume, live, snapshot.now, grace):
             skipped['changed within the grace period'] += 1
             in_flux.add(volume.id)
             continue

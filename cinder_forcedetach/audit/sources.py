@@ -265,7 +265,6 @@ def attach_holders(backend: cases.Backend, cinder: CinderDB,
 
 
 NOVA_API_VERSION = '2.89'
-_VOLUMES = 'os-extended-volumes:volumes_attached'
 
 
 def read_nova_api(context: cinder_context.RequestContext,
@@ -273,8 +272,7 @@ def read_nova_api(context: cinder_context.RequestContext,
     """Nova's mappings from its server listing (every project, paged).
 
     Cinder's ``[nova]`` options give the endpoint and the service
-    credentials.  The listing names each server's volumes (not attachment
-    ids): mappings match Cinder's attachments by instance and volume.
+    credentials (see :meth:`.cases.Nova.from_servers`).
     """
     from cinder.compute import nova as cinder_nova
 
@@ -287,16 +285,7 @@ def read_nova_api(context: cinder_context.RequestContext,
                                       limit=-1)
     except Exception as err:
         raise Unreachable('Nova: %s' % err) from err
-    instances: dict[str, str] = {}
-    bdms: list[records.Bdm] = []
-    for server in servers:
-        info = server.to_dict()
-        state = info.get('OS-EXT-STS:vm_state') or 'unknown'
-        instances[info['id']] = state
-        for vol in info.get(_VOLUMES) or []:
-            bdms.append(records.Bdm(info['id'], vol['id'], None, state,
-                                    info.get('OS-EXT-SRV-ATTR:host')))
-    return cases.Nova(bdms, instances)
+    return cases.Nova.from_servers(server.to_dict() for server in servers)
 
 
 def read_nova_file(path: str) -> cases.Nova:

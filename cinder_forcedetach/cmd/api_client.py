@@ -131,11 +131,17 @@ def add_arguments(parser):
 
 
 class Client(object):
-    """A Cinder v3 endpoint, through a keystoneauth session."""
+    """A Cinder v3 endpoint, through a keystoneauth session.
+
+    *service_type*: the microversion header's service (``compute`` reads
+    Nova's API with the same calls).
+    """
 
     def __init__(self, session, endpoint, api_version=DEFAULT_API_VERSION,
-                 service_token=False, timeout=60.0, service_roles=None):
+                 service_token=False, timeout=60.0, service_roles=None,
+                 service_type='volume'):
         self.session = session
+        self.service_type = service_type
         self.endpoint = endpoint.rstrip('/')
         self.api_version = api_version
         self.service_token = service_token
@@ -190,7 +196,8 @@ class Client(object):
                    service_roles=roles)
 
     def _headers(self):
-        headers = {'OpenStack-API-Version': 'volume %s' % self.api_version,
+        headers = {'OpenStack-API-Version': '%s %s' % (self.service_type,
+                                                       self.api_version),
                    'Accept': 'application/json'}
         if self.service_token:
             if self.service_roles:

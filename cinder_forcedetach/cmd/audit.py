@@ -51,7 +51,7 @@ EXIT_ERROR = 1
 EXIT_FOUND = 3
 EXIT_REPAIRED = 4
 EXIT_UNREACHABLE = 5
-DEFAULT_GRACE = 600
+DEFAULT_GRACE = cases.DEFAULT_GRACE
 
 HELP = ('Find attachments Cinder, the backends and Nova disagree on; '
         'repair them with --fix (runs locally, reads cinder.conf).')

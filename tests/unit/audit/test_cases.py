@@ -312,3 +312,18 @@ class ClassifyTestCase(testtools.TestCase):
         self.assertEqual(set(cases.COLUMNS), set(row))
         self.assertEqual(('force-detach volume', 'found'),
                          (row['repair'], row['result']))
+
+
+class NovaFromServersTestCase(testtools.TestCase):
+
+    def test_each_volume_of_each_server_is_a_mapping(self):
+        nova = cases.Nova.from_servers([
+            {'id': 'i1', 'OS-EXT-STS:vm_state': 'active',
+             'OS-EXT-SRV-ATTR:host': 'compute1',
+             cases.SERVER_VOLUMES: [{'id': 'v1'}, {'id': 'v2'}]},
+            {'id': 'i2', cases.SERVER_VOLUMES: []}])
+        self.assertEqual({'i1': 'active', 'i2': 'unknown'}, nova.instances)
+        self.assertEqual([records.Bdm('i1', 'v1', None, 'active', 'compute1'),
+                          records.Bdm('i1', 'v2', None, 'active',
+                                      'compute1')], nova.bdms)
+        self.assertIsNotNone(nova.bdm_of(attachment('a1', instance='i1')))
