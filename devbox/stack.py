@@ -17,15 +17,16 @@ this module with the venv's python.  It only uses the standard library, so
 ``down`` and ``status`` work whatever state the venv is in.
 
 Each service is a module of :mod:`devbox.services` (RabbitMQ, MariaDB,
-etcd, tgtd, Ceph, Keystone, Glance, Placement, Neutron, Cinder, Nova)
-behind one interface; :class:`Stack` starts the enabled ones in the order
-of their ``requires``, each process in a session of its own recorded in
-``STATE/run/NAME.json`` (:mod:`devbox.process`), and stops them in
-reverse: SIGTERM, then SIGKILL after a grace period (tgtd, which ignores
-SIGTERM, has its targets deleted and is stopped with ``tgtadm --op delete
---mode system``).  ``up`` waits until the API answers and every backend's
-volume service is up, creates a volume type per backend plus a
-``multiattach`` type, and prints the endpoint and a client command.
+etcd, tgtd, Ceph, Keystone, Glance, Placement, Neutron, Cinder, Nova,
+Horizon) behind one interface; :class:`Stack` starts the enabled ones in
+the order of their ``requires``, each process in a session of its own
+recorded in ``STATE/run/NAME.json`` (:mod:`devbox.process`), and stops
+them in reverse: SIGTERM, then SIGKILL after a grace period (tgtd, which
+ignores SIGTERM, has its targets deleted and is stopped with ``tgtadm
+--op delete --mode system``).  ``up`` waits until the API answers and
+every backend's volume service is up, creates a volume type per backend
+plus a ``multiattach`` type, and prints the endpoint and a client
+command.
 
 Settings (environment, or the equivalent ``--option`` of ``up``):
 
@@ -80,6 +81,10 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
                            [fake]
 ``STACK_PLACEMENT_PORT``   placement-api port [18778]
 ``STACK_NEUTRON_PORT``     neutron-api port [19696]
+``STACK_HORIZON``          1: also run Horizon with our panel (Admin >
+                           Volume > Stuck Volumes), logging in through
+                           Keystone; implies Keystone [0]
+``STACK_HORIZON_PORT``     Horizon's port [18080]
 ``STACK_DEBUG``            1: Cinder debug logging (may log more detail)
 =========================  =============================================
 """
@@ -182,6 +187,13 @@ class Settings(object):
             'STACK_PLACEMENT_PORT', 18778)
         self.neutron_port = getattr(args, 'neutron_port', None) or _int_env(
             'STACK_NEUTRON_PORT', 19696)
+        self.horizon = bool(getattr(args, 'horizon', False) or env(
+            'STACK_HORIZON', '') in ('1', 'true', 'yes'))
+        self.horizon_port = getattr(args, 'horizon_port', None) or _int_env(
+            'STACK_HORIZON_PORT', 18080)
+        if self.horizon:
+            # Horizon logs in through Keystone.
+            self.keystone = True
         if self.nova:
             # Nova needs Keystone (service tokens), Glance (images) and a
             # database server (SQLite broke shelve/unshelve in 2 of 3 runs).
@@ -207,7 +219,7 @@ class Settings(object):
         for name in ('api_port', 'rabbit_port', 'epmd_port', 'iscsi_port',
                      'ceph_mon_port', 'db_port', 'etcd_port', 'glance_port',
                      'keystone_port', 'nova_port', 'placement_port',
-                     'neutron_port'):
+                     'neutron_port', 'horizon_port'):
             # rabbit and etcd use the port above theirs, Ceph the one below.
             if not 1024 < getattr(self, name) < 65535:
                 raise StackError('%s must be in 1025-65534, not %d' % (
@@ -317,6 +329,7 @@ class Stack(object):
                 'nova': s.nova, 'nova_port': s.nova_port, 'virt': s.virt,
                 'placement_port': s.placement_port,
                 'neutron_port': s.neutron_port,
+                'horizon': s.horizon, 'horizon_port': s.horizon_port,
                 'project_id': (s.project_id or
                                self.ctx.info.get('project_id') or
                                uuid.uuid4().hex)}
@@ -437,7 +450,8 @@ def build_parser():
     for opt in ('api-port', 'rabbit-port', 'epmd-port', 'iscsi-port',
                 'tgt-control-port', 'ceph-mon-port', 'db-port', 'etcd-port',
                 'glance-port', 'keystone-port', 'nova-port',
-                'placement-port', 'neutron-port', 'timeout'):
+                'placement-port', 'neutron-port', 'horizon-port',
+                'timeout'):
         up.add_argument('--' + opt, type=int)
     up.add_argument('--db', choices=DB_KINDS,
                     help='the database of every service [mariadb]')
@@ -459,6 +473,9 @@ def build_parser():
                     help='also run Nova (fake virt driver), placement and '
                          'Neutron (no agents); implies --keystone '
                          '--glance --db mariadb')
+    up.add_argument('--horizon', action='store_true',
+                    help='also run Horizon with our panel (Admin > Volume '
+                         '> Stuck Volumes); implies --keystone')
     up.add_argument('--virt', choices=VIRT_KINDS,
                     help="Nova's virt driver: fake (servers only in Nova's "
                          "database) or libvirt (qemu TCG guests on a "

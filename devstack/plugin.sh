@@ -18,6 +18,8 @@
 #   start_cinder (lib/cinder)        c-vol starts with our backend
 # unstack.sh: run_phase unstack      stop_cinder_forcedetach
 # clean.sh:   run_phase clean        cleanup_cinder_forcedetach
+# With horizon: install_cinder_forcedetach_dashboard (stack install) and
+# cleanup_cinder_forcedetach_dashboard (clean).
 
 CINDER_FORCEDETACH_DIR=${CINDER_FORCEDETACH_DIR:-$DEST/cinder-forcedetach}
 CINDER_FORCEDETACH_VOLUMES_DIR=${CINDER_FORCEDETACH_VOLUMES_DIR:-$DATA_DIR/cinder-forcedetach}
@@ -102,6 +104,30 @@ function stop_cinder_forcedetach {
 function cleanup_cinder_forcedetach {
     sudo rm -rf "$CINDER_FORCEDETACH_VOLUMES_DIR"
 }
+
+# Horizon's node: our panel, enabled as every Horizon plugin is (its
+# enabled file in openstack_dashboard/local/enabled/), before init_horizon
+# collects and compresses the static files.
+CINDER_FORCEDETACH_PANEL=_2225_admin_volume_attachments_panel.py
+
+function install_cinder_forcedetach_dashboard {
+    setup_develop "$CINDER_FORCEDETACH_DIR"
+    cp "$CINDER_FORCEDETACH_DIR/cinder_forcedetach/dashboard/enabled/$CINDER_FORCEDETACH_PANEL" \
+        "$HORIZON_DIR/openstack_dashboard/local/enabled/"
+}
+
+function cleanup_cinder_forcedetach_dashboard {
+    rm -f "$HORIZON_DIR/openstack_dashboard/local/enabled/$CINDER_FORCEDETACH_PANEL"
+}
+
+if is_service_enabled horizon; then
+    if [[ "$1" == "stack" && "$2" == "install" ]]; then
+        echo_summary "Enabling the cinder-forcedetach Horizon panel"
+        install_cinder_forcedetach_dashboard
+    elif [[ "$1" == "clean" ]]; then
+        cleanup_cinder_forcedetach_dashboard
+    fi
+fi
 
 if is_service_enabled c-vol; then
     if [[ "$1" == "stack" && "$2" == "install" ]]; then

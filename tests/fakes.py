@@ -120,7 +120,7 @@ def free_tgtd_control_port(low=100, high=9999):
 
 
 def box_env(state, keystone=False, glance=False, db=None, nova=False,
-            ceph=False, etcd=False):
+            ceph=False, etcd=False, horizon=False):
     """The environment of a fresh ``tools/stack.sh`` box on free ports.
 
     Each port P has P+1 free too (rabbit, etcd and Ceph use a neighbour),
@@ -141,6 +141,9 @@ def box_env(state, keystone=False, glance=False, db=None, nova=False,
     if nova:
         names += ['KEYSTONE', 'GLANCE', 'NOVA', 'PLACEMENT', 'NEUTRON']
         flags['STACK_NOVA'] = '1'
+    if horizon:
+        names += ['KEYSTONE', 'HORIZON']
+        flags['STACK_HORIZON'] = '1'
     if ceph:
         names.append('CEPH_MON')
     if etcd:

@@ -4,7 +4,8 @@
 # for os-brick's iscsiadm calls, gcc and libc6-dev for the RBD tests'
 # LD_PRELOAD shim, MariaDB and etcd for the clustered box; qemu, libvirt
 # (and its headers for libvirt-python), a kernel and busybox for the
-# guests of --virt libvirt) and a venv with
+# guests of --virt libvirt; Chromium and its chromedriver for the Horizon
+# test's browser) and a venv with
 # this package, real Cinder, the test requirements and the developer box
 # (devbox/).  Idempotent; a second run takes about a second.
 #
@@ -17,7 +18,8 @@ PYTHON=${PYTHON:-python3}
 APT_PACKAGES=(tgt libiscsi-bin qemu-utils qemu-block-extra open-iscsi
               gcc libc6-dev mariadb-server etcd-server
               qemu-system-x86 libvirt-daemon-system libvirt-clients
-              libvirt-dev pkg-config linux-image-amd64 busybox-static)
+              libvirt-dev pkg-config linux-image-amd64 busybox-static
+              chromium chromium-driver)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

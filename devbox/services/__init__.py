@@ -24,6 +24,7 @@ from devbox.services import ceph
 from devbox.services import cinder
 from devbox.services import etcd
 from devbox.services import glance
+from devbox.services import horizon
 from devbox.services import keystone
 from devbox.services import libvirt
 from devbox.services import mariadb
@@ -37,7 +38,7 @@ from devbox.services import tgtd
 SERVICES = (rabbitmq.RabbitMQ, mariadb.MariaDB, etcd.Etcd, tgtd.Tgtd,
             ceph.Ceph, keystone.Keystone, glance.Glance,
             placement.Placement, neutron.Neutron, cinder.Cinder,
-            libvirt.Libvirt, nova.Nova)
+            libvirt.Libvirt, nova.Nova, horizon.Horizon)
 
 
 def ordered(classes):

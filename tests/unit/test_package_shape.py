@@ -39,11 +39,14 @@ NOT_SHIPPED = ('devbox', 'tests', 'tools', 'benchmarks')
 TEST_ONLY = ('etcd3gw', 'ddt', 'stestr', 'hypothesis', 'nova', 'neutron',
              'neutron_lib', 'keystone', 'glance', 'placement', 'tempest',
              'cinder_tempest_plugin', 'gunicorn', 'pymysql', 'reno',
-             'hacking', 'openstackclient')
+             'hacking', 'openstackclient', 'selenium')
 CONFORMANCE_EXTRA = ('fixtures', 'testtools')
 # What the OpenStackClient plugin's commands import: there whenever
 # ``openstack`` (python-openstackclient, in test-requirements.txt) is.
 OSC = ('openstackclient', 'osc_lib', 'cliff')
+# What the Horizon plugin's panel imports: there wherever Horizon runs
+# (horizon, in test-requirements.txt, for the browser test).
+DASHBOARD = ('horizon', 'openstack_dashboard', 'django')
 # Import every module of the package with TEST_ONLY, CONFORMANCE_EXTRA and
 # NOT_SHIPPED unimportable; print "module<TAB>error" for each that fails.
 IMPORT_ALL = textwrap.dedent("""
@@ -136,21 +139,30 @@ class PackageShapeTestCase(testtools.TestCase):
         flow: from the wheel alone the CLI failed to start.  Only the
         conformance kit needs more (``cinder-forcedetach[conformance]``),
         and the OpenStackClient plugin's commands what ``openstack`` brings
-        (its plugin module imports without).
+        (its plugin module imports without), the Horizon plugin's panel
+        what Horizon brings (its package, enabled files and findings import
+        without).
         """
-        blocked = TEST_ONLY + CONFORMANCE_EXTRA + OSC + NOT_SHIPPED
+        blocked = (TEST_ONLY + CONFORMANCE_EXTRA + OSC + DASHBOARD +
+                   NOT_SHIPPED)
         run = subprocess.run(
             [sys.executable, '-c', IMPORT_ALL, ','.join(blocked)],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
         self.assertEqual(0, run.returncode, run.stderr[-2000:])
         failed = dict(line.split('\t', 1)
                       for line in run.stdout.splitlines())
+        panel = 'cinder_forcedetach.dashboard.volume_attachments.'
         self.assertEqual(['cinder_forcedetach.conformance.harness',
                           'cinder_forcedetach.conformance.runner',
                           'cinder_forcedetach.conformance.suite',
-                          'cinder_forcedetach.osc.v1.volume'],
+                          'cinder_forcedetach.dashboard.api',
+                          'cinder_forcedetach.dashboard.overrides'] +
+                         [panel + name for name in (
+                             'forms', 'panel', 'tables', 'urls', 'views')] +
+                         ['cinder_forcedetach.osc.v1.volume'],
                          sorted(failed), failed)
         for module, error in failed.items():
             self.assertIn(error.split()[-1].split('.')[0],
-                          OSC if '.osc.' in module else CONFORMANCE_EXTRA,
+                          OSC if '.osc.' in module else DASHBOARD
+                          if '.dashboard.' in module else CONFORMANCE_EXTRA,
                           module)

@@ -27,7 +27,7 @@ from devbox import stack
 
 #: Settings that enable every service of the box.
 EVERYTHING = {'db': 'mariadb', 'coordination': 'etcd', 'keystone': True,
-              'glance': True, 'nova': True, 'backup': True,
+              'glance': True, 'nova': True, 'backup': True, 'horizon': True,
               'volume_services': 2,
               'backends': [['tgt', stack.TGT_DRIVER],
                            ['rbd', stack.RBD_DRIVER]]}
@@ -67,7 +67,7 @@ class RegistryTestCase(testtools.TestCase):
              'glance-api', 'placement-api', 'neutron-api',
              'cinder-scheduler', 'cinder-volume-1', 'cinder-volume-2',
              'cinder-backup', 'cinder-api', 'nova-api', 'nova-conductor',
-             'nova-scheduler', 'nova-compute'],
+             'nova-scheduler', 'nova-compute', 'horizon'],
             services.process_order(EVERYTHING))
 
     def test_libvirtd_before_the_compute_only_with_virt_libvirt(self):
@@ -98,7 +98,8 @@ class RegistryTestCase(testtools.TestCase):
             key: 20000 + i for i, key in enumerate((
                 'api_port', 'rabbit_port', 'epmd_port', 'iscsi_port',
                 'db_port', 'etcd_port', 'glance_port', 'keystone_port',
-                'nova_port', 'placement_port', 'neutron_port'))})
+                'nova_port', 'placement_port', 'neutron_port',
+                'horizon_port'))})
         claimed = [port for svc in services.registry().values()
                    if svc.enabled(info)
                    for ports in svc.ports(info).values() for port in ports]
@@ -192,3 +193,33 @@ class LibvirtServiceTestCase(testtools.TestCase):
         self.assertEqual('QUFBQQ==', calls[1][1])
         for args, _content in calls:
             self.assertNotIn('QUFBQQ==', ' '.join(args))
+
+
+class HorizonServiceTestCase(testtools.TestCase):
+    """Horizon's local settings: in the box's directory, our panel on."""
+
+    def test_local_settings(self):
+        state = self.useFixture(fixtures.TempDir()).path
+        ctx = mock.Mock(dir=state, info={'host': '127.0.0.1'},
+                        secrets_path=os.path.join(state, 'secrets.json'))
+        ctx.service.return_value.url.return_value = 'http://127.0.0.1:5000'
+        ctx.secrets.return_value = {'horizon_secret_key': 'sekrit'}
+        svc = services.registry()['horizon']
+        path = svc.write_conf(ctx)
+        self.assertEqual(os.path.join(state, 'horizon', 'local',
+                                      'local_settings.py'), path)
+        self.assertTrue(os.path.exists(os.path.join(
+            os.path.dirname(path), '__init__.py')))
+        with open(path) as f:
+            text = f.read()
+        # Read from secrets.json when Horizon starts, not written here.
+        self.assertNotIn('sekrit', text)
+        self.assertIn(repr(ctx.secrets_path), text)
+        self.assertIn('cinder_forcedetach.dashboard.ENABLED_DIR', text)
+        self.assertIn("OPENSTACK_KEYSTONE_URL = 'http://127.0.0.1:5000/v3'",
+                      text)
+        self.assertEqual(0o600, os.stat(path).st_mode & 0o777)
+        compile(text, path, 'exec')
+        self.assertEqual(('keystone-api', 'cinder'), svc.requires)
+        self.assertFalse(svc.enabled({'keystone': True}))
+        self.assertTrue(svc.enabled({'horizon': True}))

@@ -93,6 +93,13 @@ class NovaTestCase(testtools.TestCase):
                                 STACK_NOVA='1', STACK_DB='sqlite')
         self.assertIn('--nova needs --db mariadb', str(err))
 
+    def test_horizon_brings_keystone(self):
+        s = self.settings(STACK_HORIZON='1')
+        self.assertEqual((True, True, 18080),
+                         (s.horizon, s.keystone, s.horizon_port))
+        self.assertRaises(stack.StackError, self.settings,
+                          STACK_HORIZON='1', STACK_HORIZON_PORT='80')
+
     def test_nova_ports_are_checked(self):
         for var in ('STACK_NOVA_PORT', 'STACK_PLACEMENT_PORT',
                     'STACK_NEUTRON_PORT'):
