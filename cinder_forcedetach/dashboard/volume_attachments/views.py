@@ -35,15 +35,14 @@ from cinder_forcedetach.dashboard.volume_attachments import (
 INDEX = reverse_lazy('horizon:admin:volume_attachments:index')
 
 
-def _label(attachment, host, instance):
+def _label(attachment_id, status, host, instance):
     """``host H, instance I: STATUS (attachment ID)``."""
     where = ', '.join(part for part in (
         _('host %s') % host if host else None,
         _('instance %s') % instance if instance else None) if part)
     return _('%(where)s: %(status)s (attachment %(id)s)') % {
-        'where': where or _('no host yet'), 'status': attachment.get(
-            'status') or attachment.get('attach_status'),
-        'id': attachment['id']}
+        'where': where or _('no host yet'), 'status': status,
+        'id': attachment_id}
 
 
 class Row(object):
@@ -56,8 +55,7 @@ class Row(object):
         self.backend = volume.get('os-vol-host-attr:host')
         self.status = volume['status']
         self.attachments = [
-            {'id': a.id, 'label': _label({'id': a.id,
-                                          'status': a.attach_status},
+            {'id': a.id, 'label': _label(a.id, a.attach_status,
                                          a.attached_host, a.instance_uuid)}
             for a in live]
         self.findings = volume_findings
@@ -132,7 +130,8 @@ class ForceDetachView(forms.ModalFormView):
                 attachment = client.get_attachment(summary['id'])
                 live.append({
                     'id': summary['id'],
-                    'label': _label(summary, hosts.get(summary['id']),
+                    'label': _label(summary['id'], summary.get('status'),
+                                    hosts.get(summary['id']),
                                     summary.get('instance')),
                     'export': findings.export_of(
                         attachment.get('connection_info'))})
