@@ -53,6 +53,14 @@ AUDIT = 'audit'
 REASONS = (OPERATOR, RECONCILER, GRANT, HOST, AUDIT)
 #: One reconciler pass, with its counts.
 RECONCILE_PASS = 'forcedetach.reconcile.pass'
+#: One finding of ``cinder-forcedetach audit`` (its row: case, volume,
+#: attachment, instance, host, backend, evidence, repair, result).
+AUDIT_FINDING = 'forcedetach.audit.finding'
+#: One ``cinder-forcedetach audit`` run, with its counts by case.
+AUDIT_PASS = 'forcedetach.audit.pass'
+#: How often a command retries a broker that does not answer: a
+#: notification never holds an operator's command for long.
+CLI_RETRY = 2
 
 
 def notify(context: Any, host: Optional[str], event: str,
@@ -68,6 +76,36 @@ def notify(context: Any, host: Optional[str], event: str,
         getattr(notifier, priority)(context, event, payload)
     except Exception:
         LOG.warning('Could not notify %s.', event, exc_info=True)
+
+
+def init_command(conf: Any) -> None:
+    """Messaging for a command (the audit), as cinder.conf configures it.
+
+    Cinder's own set-up (:func:`cinder.rpc.init`): with no notification
+    driver in ``[oslo_messaging_notifications]`` nothing is sent.  A broker
+    that does not answer costs :data:`CLI_RETRY` retries, then the
+    notification is logged as lost.
+    """
+    if rpc.initialized():
+        return
+    from oslo_messaging import opts as messaging_opts
+
+    try:
+        for group, opts in messaging_opts.list_opts():
+            if group == 'oslo_messaging_notifications':
+                conf.register_opts(opts, group=group)
+        conf.set_override('retry', CLI_RETRY,
+                          group='oslo_messaging_notifications')
+        rpc.init(conf)
+    except Exception:
+        LOG.warning('No notifications: messaging could not be set up.',
+                    exc_info=True)
+
+
+def end_command() -> None:
+    """Close what :func:`init_command` opened."""
+    if rpc.initialized():
+        rpc.cleanup()
 
 
 _LOCK = threading.Lock()

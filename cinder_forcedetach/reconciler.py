@@ -259,6 +259,8 @@ class Reconciler(object):
             CAPABILITY_PREFIX + 'reconcile_failed_total': self.failed_total,
             CAPABILITY_PREFIX + 'reconcile_findings': sum(
                 (last.get('findings') or {}).values()),
+            CAPABILITY_PREFIX + 'reconcile_findings_by_case': dict(
+                last.get('findings') or {}),
             CAPABILITY_PREFIX + 'reconcile_waiting': last.get('waiting', 0),
             CAPABILITY_PREFIX + 'reconcile_last': last.get('at'),
         }

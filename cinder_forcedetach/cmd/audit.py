@@ -45,6 +45,7 @@ from cinder_forcedetach.cmd.errors import CliError
 from cinder_forcedetach.cmd import local
 from cinder_forcedetach.cmd import registry
 from cinder_forcedetach.cmd.registry import arg
+from cinder_forcedetach import notifications
 
 EXIT_CLEAN = 0
 EXIT_ERROR = 1
@@ -97,6 +98,14 @@ def audit(conf, args, out):
     from cinder import context
 
     ctxt = context.get_admin_context()
+    notifications.init_command(conf)
+    try:
+        return _audit(ctxt, conf, args, out)
+    finally:
+        notifications.end_command()
+
+
+def _audit(ctxt, conf, args, out):
     drivers, broken = _drivers(ctxt, conf, args.backend)
     if args.nova_file:
         try:
@@ -125,6 +134,14 @@ def audit(conf, args, out):
         raise CliError(EXIT_ERROR, 'audit failed: %s: %s' % (
             type(err).__name__, err))
     rows = [f.row() for f in report.findings]
+    for finding, row in zip(report.findings, rows):
+        # Named volume_id, as in every notification of ours.
+        notifications.notify(ctxt, finding.backend,
+                             notifications.AUDIT_FINDING,
+                             {'volume_id' if key == 'volume' else key: value
+                              for key, value in row.items()})
+    notifications.notify(ctxt, None, notifications.AUDIT_PASS,
+                         dict(report.summary(args.fix), fix=args.fix))
     if out.fmt == 'json':
         out.emit({'findings': rows, 'summary': report.summary(args.fix)})
     else:

@@ -128,6 +128,10 @@ class ReconcilerTestCase(base.CinderTgtTestCase):
         self.assertEqual((1, 0), (last['waiting'], last['cut']), last)
         self.assertEqual([base.initiator_name('stray')],
                          self.target_state(vol).acls)
+        # What the pools report while it runs (stopped here: no timing).
+        self.assertEqual({'leaked_export': 1},
+                         self.driver.reconciler.capabilities()[
+                             'forcedetach_reconcile_findings_by_case'])
         time.sleep(3)
         last = self.driver.reconciler.run_once()
         self.assertEqual((0, 1), (last['waiting'], last['cut']), last)

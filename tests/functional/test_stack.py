@@ -210,6 +210,8 @@ class StackSmokeTestCase(testtools.TestCase):
         self.assertEqual(0, audited.returncode, audited.stdout +
                          audited.stderr[-2000:])
         self.assertEqual(0, json.loads(audited.stdout)['summary']['found'])
+        self._audit_repair_is_notified(create, client_env, cinder, audit,
+                                       notifications)
 
         ceph_pids = []
         if self.with_ceph:
@@ -233,6 +235,41 @@ class StackSmokeTestCase(testtools.TestCase):
         self.assertEqual([], os.listdir(os.path.join(self.state, 'run')))
         self.assertEqual([], [p for p in ceph_pids if _running(p)])
         self.assertEqual(3, self.stack('status').returncode)
+
+    def _audit_repair_is_notified(self, create, client_env, cinder, audit,
+                                  notifications):
+        """An operator's reset-state found and repaired by the audit.
+
+        Each finding, the repair (a forced detach of reason ``audit``) and
+        the pass reach the bus: the command reads cinder.conf's
+        notification driver, as the volume service does.
+        """
+        created = self.shell(create)
+        self.assertEqual(0, created.returncode, created.stderr)
+        stuck = re.search(r'^\|\s+id\s+\|\s+(\S+)\s+\|', created.stdout,
+                          re.MULTILINE).group(1)
+        self._wait_status(cinder, client_env, stuck, 'available')
+        reset = subprocess.run(
+            [cinder, 'reset-state', '--state', 'detaching', stuck],
+            env=client_env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(0, reset.returncode, reset.stderr)
+        repaired = self.shell(audit + ' --fix --grace 0')
+        self.assertEqual(4, repaired.returncode, repaired.stdout +
+                         repaired.stderr[-2000:])
+        self.assertEqual({'stuck_transition': 1}, json.loads(
+            repaired.stdout)['summary']['by case'])
+        self._wait_status(cinder, client_env, stuck, 'available')
+        # In the order sent: the repair's, then the findings', the pass's.
+        forced = self.wait_notification(notifications, stuck)
+        self.assertEqual('audit', forced['payload']['reason'])
+        found = self.wait_notification(notifications, stuck,
+                                       event='forcedetach.audit.finding')
+        self.assertEqual(('stuck_transition', 'repaired'), (
+            found['payload']['case'], found['payload']['result']))
+        summary = self.wait_notification(notifications, None,
+                                         event='forcedetach.audit.pass')
+        self.assertEqual((1, True), (summary['payload']['repaired'],
+                                     summary['payload']['fix']))
 
     def box_info(self, name):
         with open(os.path.join(self.state, name)) as f:
@@ -261,7 +298,7 @@ class StackSmokeTestCase(testtools.TestCase):
 
     def wait_notification(self, queue, volume_id, event=FORCED,
                           timeout=30):
-        """The first *event* of *volume_id* on *queue*, unwrapped.
+        """The first *event* of *volume_id* (None: any) on *queue*, unwrapped.
 
         oslo.messaging's envelope is opened; the event type and volume of
         every notification read go into the failure text, never a payload
@@ -282,8 +319,8 @@ class StackSmokeTestCase(testtools.TestCase):
                 body = json.loads(body['oslo.message'])
             seen.append((body.get('event_type'),
                          (body.get('payload') or {}).get('volume_id')))
-            if body.get('event_type') == event and (
-                    body.get('payload') or {}).get('volume_id') == volume_id:
+            if body.get('event_type') == event and volume_id in (
+                    None, (body.get('payload') or {}).get('volume_id')):
                 return body
         self.fail('no %s of volume %s on %s within %d s; read: %r' % (
             event, volume_id, NOTIFY_KEY, timeout, seen))

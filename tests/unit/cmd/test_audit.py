@@ -14,6 +14,7 @@
 
 import argparse
 import io
+from unittest import mock
 
 import fixtures
 from oslo_config import cfg
@@ -92,3 +93,67 @@ class ClusterOptionTestCase(testtools.TestCase):
         conf([], project='cinder', default_config_files=[],
              default_config_dirs=[])
         self.assertIsNone(audit._cluster(conf))
+
+
+class AuditNotificationsTestCase(testtools.TestCase):
+
+    def test_each_finding_and_the_pass_are_notified(self):
+        from cinder_forcedetach.audit import cases
+        from cinder_forcedetach.audit import scan
+        from cinder_forcedetach import notifications
+
+        finding = cases.Finding('stuck_transition', 'v1', backend='h@tgt',
+                                evidence='status detaching since then',
+                                action=cases.DETACH_ALL, result='repaired')
+        report = scan.Report([finding], {}, [], True)
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.audit.scan.run',
+            lambda *args, **kwargs: report))
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.cmd.audit._drivers',
+            lambda ctxt, conf, names: ({}, {})))
+        opened = []
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.notifications.init_command', opened.append))
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.notifications.end_command',
+            lambda: opened.append('closed')))
+        sent = []
+        self.useFixture(fixtures.MonkeyPatch(
+            'cinder_forcedetach.notifications.notify',
+            lambda ctxt, host, event, payload: sent.append(
+                (host, event, payload))))
+        conf = argparse.Namespace(volume_name_template='volume-%s',
+                                  register_opt=lambda opt: None,
+                                  cluster=None)
+        args = manage.build_parser().parse_args(
+            ['--format', 'json', 'audit', '--no-nova', '--fix'])
+        out = mock.Mock(fmt='json')
+        self.assertEqual(audit.EXIT_REPAIRED, audit.audit(conf, args, out))
+        self.assertEqual([conf, 'closed'], opened)
+        row = finding.row()
+        row['volume_id'] = row.pop('volume')
+        self.assertEqual([('h@tgt', notifications.AUDIT_FINDING, row),
+                          (None, notifications.AUDIT_PASS,
+                           dict(report.summary(True), fix=True))], sent)
+        self.assertEqual({'stuck_transition': 1}, sent[1][2]['by case'])
+
+
+class InitCommandTestCase(testtools.TestCase):
+
+    def test_messaging_from_the_configuration_then_closed(self):
+        from cinder import rpc
+
+        from cinder_forcedetach import notifications
+
+        self.assertFalse(rpc.initialized())
+        conf = cfg.ConfigOpts()
+        conf([], project='cinder', default_config_files=[],
+             default_config_dirs=[])
+        notifications.init_command(conf)
+        self.addCleanup(notifications.end_command)
+        self.assertTrue(rpc.initialized())
+        self.assertEqual(notifications.CLI_RETRY,
+                         conf.oslo_messaging_notifications.retry)
+        notifications.end_command()
+        self.assertFalse(rpc.initialized())
