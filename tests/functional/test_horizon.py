@@ -15,13 +15,15 @@
 ``tools/stack.sh up --horizon``: PyPI Horizon with our plugin
 (:mod:`cinder_forcedetach.dashboard`) on the box's Keystone and Cinder
 (our tgt driver), driven by Debian's Chromium, headless, through Selenium
-and Debian's chromedriver: an admin logs in, finds the volume a live
-initiator (qemu-io over libiscsi) holds, opens "Update Volume Status",
-is warned and offered Force Detach, confirms it (the dialog names the
-host and the export), and sees the volume available; the initiator is
-cut (a positive refusal, nothing of its write on the volume's file) and
-the target is gone.  A volume reset to ``detaching`` by hand shows the
-audit's finding in the panel and is force-detached from its row.
+and Debian's chromedriver.  An admin logs in, finds in Admin > Volume >
+Volume Attachments the volume a live initiator (qemu-io over libiscsi)
+holds, opens its Force Detach (the dialog names the host and the export,
+never the CHAP secret; a forged choice is refused), confirms it and sees
+the volume available; the initiator is cut (a positive refusal, nothing
+of its write on the volume's file) and the target is gone.  A volume
+reset to ``detaching`` by hand shows the audit's finding in the panel;
+its "Update Volume Status" in Admin > Volumes warns and offers Force
+Detach, which makes it available.
 
 ``HORIZON_SCREENSHOTS=DIR`` keeps the screenshots there (README's come
 from ``HORIZON_SCREENSHOTS=doc/images``); otherwise in the box's
@@ -34,6 +36,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 
 from keystoneauth1.identity import v3
 from keystoneauth1 import session as ks_session
@@ -239,6 +242,20 @@ class HorizonTestCase(testtools.TestCase):
         self.assertIn('target_iqn=' + data['target_iqn'], cut.text)
         self.assertNotIn(data['auth_password'], self.browser.page_source)
         self.screenshot('force-detach')
+        self.assertTrue(self.exported(vol_id))
+
+        # A forged choice (another volume's attachment) is refused.
+        self.browser.execute_script(
+            "var s = document.getElementById('id_target');"
+            "var o = document.createElement('option');"
+            "o.value = arguments[0]; o.text = 'forged'; s.add(o);"
+            "s.value = arguments[0];", str(uuid.uuid4()))
+        self.browser.find_element(
+            By.CSS_SELECTOR, '#force_detach_modal [type=submit]').click()
+        error = self.wait(ec.visibility_of_element_located(
+            (By.CSS_SELECTOR, '#force_detach_modal .has-error')),
+            'the refused choice')
+        self.assertIn('Select a valid choice', error.text)
         self.assertTrue(self.exported(vol_id))
 
         message = self.submit_force_detach(att_id)

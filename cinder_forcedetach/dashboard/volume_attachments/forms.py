@@ -26,7 +26,13 @@ EVERY_HOST = 'every-host'
 
 
 class ForceDetach(forms.SelfHandlingForm):
-    volume_id = forms.CharField(widget=forms.HiddenInput())
+    """The volume is the page's (the view's initial data), not a field.
+
+    A posted volume id would let a crafted form detach another volume than
+    the one whose attachments the dialog listed; *target* is one of those
+    attachments (or every host), checked against the choices.
+    """
+
     target = forms.ChoiceField(label=_("Detach"))
     service_token = forms.BooleanField(
         label=_("Send my token as a service token too"), required=False,
@@ -39,7 +45,7 @@ class ForceDetach(forms.SelfHandlingForm):
         self.fields['target'].choices = kwargs['initial']['choices']
 
     def handle(self, request, data):
-        volume_id, target = data['volume_id'], data['target']
+        volume_id, target = self.initial['volume_id'], data['target']
         client = fd_api.cinder(request, service_token=data['service_token'])
         every = target == EVERY_HOST
         try:
