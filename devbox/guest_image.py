@@ -315,11 +315,13 @@ def init_script(version, modules):
             .replace('@INTERVAL@', str(INTERVAL_US)))
 
 
-def initramfs_bytes(version, busybox=BUSYBOX, modules_dir=MODULES_DIR):
-    """The gzip'ed newc initramfs of the guest, and its ``/init``."""
-    mods = module_paths(version, modules_dir)
+def initramfs_bytes(version, mods, init, busybox=BUSYBOX,
+                    modules_dir=MODULES_DIR):
+    """The gzip'ed newc initramfs of the guest.
+
+    *mods*: :func:`module_paths`; *init*: :func:`init_script` of them.
+    """
     plain = [_plain_name(m) for m in mods]
-    init = init_script(version, plain)
     raw = io.BytesIO()
     cpio = CpioWriter(raw)
     for d in ('bin', 'sbin', 'usr', 'usr/bin', 'usr/sbin', 'dev', 'proc',
@@ -342,7 +344,7 @@ def initramfs_bytes(version, busybox=BUSYBOX, modules_dir=MODULES_DIR):
                       _read_module(os.path.join(modules_dir, version, src)))
     cpio.add_file('init', init.encode(), perm=0o755)
     cpio.close()
-    return gzip.compress(raw.getvalue(), mtime=0), init
+    return gzip.compress(raw.getvalue(), mtime=0)
 
 
 def _write_atomic(path, data):
@@ -364,10 +366,10 @@ def build(dest_dir, version=None, busybox=BUSYBOX, boot_dir=BOOT_DIR,
     kernel = os.path.join(dest_dir, KERNEL_NAME)
     initramfs = os.path.join(dest_dir, INITRAMFS_NAME)
     stamp_path = os.path.join(dest_dir, STAMP)
-    mods = [_plain_name(m) for m in module_paths(version, modules_dir)]
+    mods = module_paths(version, modules_dir)
+    init = init_script(version, [_plain_name(m) for m in mods])
     stamp = {'kernel': version,
-             'init_sha256': hashlib.sha256(
-                 init_script(version, mods).encode()).hexdigest()}
+             'init_sha256': hashlib.sha256(init.encode()).hexdigest()}
     try:
         with open(stamp_path) as f:
             current = json.load(f)
@@ -376,7 +378,7 @@ def build(dest_dir, version=None, busybox=BUSYBOX, boot_dir=BOOT_DIR,
     if (current == stamp and os.path.isfile(kernel)
             and os.path.isfile(initramfs)):
         return kernel, initramfs
-    data, _init = initramfs_bytes(version, busybox, modules_dir)
+    data = initramfs_bytes(version, mods, init, busybox, modules_dir)
     tmp = kernel + '.tmp'
     shutil.copyfile(os.path.join(boot_dir, 'vmlinuz-' + version), tmp)
     os.replace(tmp, kernel)
