@@ -38,7 +38,7 @@
 #   UNIT_TEST_PATH           default ./tests/unit
 #   UPSTREAM_TEST_PATH       default ./tests/upstream
 #   FUNCTIONAL_TEST_PATH     default ./tests/functional
-#   FUNCTIONAL_CONCURRENCY   default: the two workers of
+#   FUNCTIONAL_CONCURRENCY   default: the three workers of
 #                            FUNCTIONAL_TEST_PATH/workers.yaml, else 2
 #   VENV                     default .venv
 set -uo pipefail
@@ -211,7 +211,7 @@ if [ $fast = 1 ]; then
 else
     echo "== functional tests"
     t0=$SECONDS
-    # Two workers balanced by tests/functional/workers.yaml, unless
+    # Three workers balanced by tests/functional/workers.yaml, unless
     # FUNCTIONAL_CONCURRENCY asks for another count.
     if [ -z "${FUNCTIONAL_CONCURRENCY:-}" ] \
             && [ -f "$FUNCTIONAL_TEST_PATH/workers.yaml" ]; then

@@ -10,7 +10,7 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""The functional tests' two stestr workers leave no test out."""
+"""The functional tests' stestr workers leave no test out, run none twice."""
 
 import os
 import re
@@ -20,21 +20,27 @@ import yaml
 
 WORKERS = os.path.join(os.path.dirname(__file__), '..', '..', 'functional',
                        'workers.yaml')
+NAMED = re.compile(r'^\^tests\\\.functional\\\.test_\((.*)\)\\\.$')
 
 
 class FunctionalWorkersTestCase(testtools.TestCase):
 
-    def test_the_second_worker_runs_everything_the_first_does_not(self):
+    def test_the_last_worker_runs_everything_the_others_do_not(self):
         with open(WORKERS) as f:
-            [first], [second] = [w['worker'] for w in yaml.safe_load(f)]
-        self.assertTrue(first.startswith('^'))
-        self.assertEqual('^(?!%s)' % first[1:], second)
+            patterns = [w['worker'] for w in yaml.safe_load(f)]
+        self.assertTrue(all(len(p) == 1 for p in patterns), patterns)
+        patterns = [p[0] for p in patterns]
+        named = [NAMED.match(p).group(1) for p in patterns[:-1]]
+        self.assertEqual(
+            '^(?!tests\\.functional\\.test_(%s)\\.)' % '|'.join(named),
+            patterns[-1])
         ids = ['tests.functional.test_cluster.ClusterTestCase.test_a',
                'tests.functional.test_stack_nova.NovaBoxTestCase.test_b',
                'tests.functional.test_rbd.RBDTestCase.test_c',
-               'tests.functional.test_rbd_host_fence.FenceTestCase.test_d',
-               'tests.functional.test_new_module.NewTestCase.test_e']
+               'tests.functional.test_stack.StackSmokeTestCase.test_d',
+               'tests.functional.test_rbd_host_fence.FenceTestCase.test_e',
+               'tests.functional.test_stack_keystone.KeystoneTestCase.test_f',
+               'tests.functional.test_new_module.NewTestCase.test_g']
         runs = [[i for i in ids if re.search(pattern, i)]
-                for pattern in (first, second)]
-        self.assertEqual(ids[:3], runs[0])
-        self.assertEqual(ids[3:], runs[1])
+                for pattern in patterns]
+        self.assertEqual([ids[:2], ids[2:4], ids[4:]], runs)
