@@ -88,9 +88,11 @@ def volumes(client):
     return _pages(client, '/volumes/detail', 'volumes', {'all_tenants': 1})
 
 
-def attachments(client):
-    """Every attachment's summary: id, status, instance, volume_id."""
-    return _pages(client, '/attachments', 'attachments', {'all_tenants': 1})
+def attachments(client, volume_id=None):
+    """Attachment summaries (id, status, instance), of *volume_id* only."""
+    return _pages(client, '/attachments', 'attachments', dict(
+        {'all_tenants': 1}, **({'volume_id': volume_id} if volume_id
+                               else {})))
 
 
 def servers(request):

@@ -110,7 +110,8 @@ class Horizon(base.WsgiService):
         proc = ctx.proc(self.name)
         if proc.alive():
             return
-        d = os.path.dirname(os.path.dirname(self.write_conf(ctx)))
+        self.write_conf(ctx)
+        d = self.directory(ctx)
         ctx.gunicorn(proc, 'openstack_dashboard.wsgi:application',
                      ctx.info['horizon_port'],
                      {'PYTHONPATH': d, 'DJANGO_SETTINGS_MODULE':

@@ -122,9 +122,7 @@ class ForceDetachView(forms.ModalFormView):
             hosts = {a.get('attachment_id') or a.get('id'): a.get(
                 'host_name') for a in volume.get('attachments') or []}
             live = []
-            for summary in client.request(
-                    'GET', '/attachments?all_tenants=1&volume_id=%s' %
-                    volume['id'])['attachments']:
+            for summary in fd_api.attachments(client, volume['id']):
                 if summary.get('status') in findings.ENDED:
                     continue
                 attachment = client.get_attachment(summary['id'])
