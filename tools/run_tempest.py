@@ -76,6 +76,9 @@ EXCLUDE = os.path.join(REPO, 'tools', 'tempest-exclude.txt')
 SKIPS = os.path.join(REPO, 'tools', 'tempest-skips.txt')
 # One run's report at a time (the backends' runs go side by side).
 _PRINT_LOCK = threading.Lock()
+# What went wrong outside the tests (a box that did not come up): printed
+# again last, where a log's tail shows it.
+PROBLEMS = []
 SKIP_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?)(?:\[\S*\])?)'
                        r'(?: \[[\d.]+s\])? \.\.\. SKIPPED', re.MULTILINE)
 # The runs a line of tools/tempest-skips.txt can name.
@@ -314,6 +317,28 @@ def box_backend(state):
                          for _name, driver in info['backends']) else 'tgt')
 
 
+def bring_up(env, backend, report):
+    """``tools/stack.sh up``, and once more after a ``down --purge``.
+
+    A box that fails to come up twice fails the run; one that needed the
+    second try says so, with the first try's error, in *report* and in
+    :data:`PROBLEMS` (the run's closing lines).  Returns whether it is up.
+    """
+    for attempt in (1, 2):
+        up = subprocess.run([STACK_SH, 'up'], env=env, capture_output=True,
+                            text=True, timeout=900)
+        if not up.returncode:
+            return True
+        why = up.stderr.strip().splitlines()[-12:]
+        problem = ('tempest[%s]: the box did not come up (try %d of 2): %s'
+                   % (backend, attempt, '\n    '.join(why)))
+        report.append(problem)
+        PROBLEMS.append(problem)
+        subprocess.run([STACK_SH, 'down', '--purge'], env=env,
+                       capture_output=True, timeout=300)
+    return False
+
+
 def run_one(args, backend, state_dir=None):
     """One box on *backend* (or the running box in *state_dir*), one run.
 
@@ -328,13 +353,8 @@ def run_one(args, backend, state_dir=None):
     env = (box_env(state, backend) if own_box else
            dict(os.environ, STACK_DIR=state))
     try:
-        if own_box:
-            up = subprocess.run([STACK_SH, 'up'], env=env,
-                                capture_output=True, text=True, timeout=900)
-            if up.returncode:
-                report.append('tempest[%s]: the box did not come up:\n%s'
-                              % (backend, up.stderr[-3000:]))
-                return 0, 0, 0, 0, 0, False, set()
+        if own_box and not bring_up(env, backend, report):
+            return 0, 0, 0, 0, 0, False, set()
         workspace = os.path.join(state, 'tempest')
         if not os.path.isdir(workspace):
             # Its own workspace registry: tempest refuses a second
@@ -388,6 +408,13 @@ def run_one(args, backend, state_dir=None):
                       '%d (%d s)' % (backend, ran, passed, skipped, failed,
                                      seconds))
         ok = run.returncode == 0 and not failed and ran and not unlisted
+        if not ok:
+            PROBLEMS.append('tempest[%s]: FAILED: tempest exited %d; ran %d, '
+                            'failed %d, %d skip(s) with no reason listed%s'
+                            % (backend, run.returncode, ran, failed,
+                               len(unlisted), '' if ran else ': ' +
+                               ' | '.join(run.stderr.strip().splitlines()
+                                          [-5:])))
         return ran, passed, skipped, failed, seconds, ok, skipped_here
     finally:
         if own_box and not args.keep:
@@ -441,6 +468,8 @@ def main(argv=None):
             print('tempest: listed in %s for the %s run, which did not '
                   'skip it: %s' % (os.path.relpath(SKIPS, REPO), backend,
                                    test_id))
+    for problem in PROBLEMS:
+        print(problem)
     print('tempest: ran %d, passed %d, skipped %d, failed %d (%d s)' %
           tuple(total), flush=True)
     return 0 if all(r[5] for r in runs) and not unproduced else 1

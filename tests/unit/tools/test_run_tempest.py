@@ -20,6 +20,7 @@ import io
 import os
 from unittest import mock
 
+import fixtures
 import testtools
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -266,3 +267,55 @@ class MainTestCase(testtools.TestCase):
              'which did not skip it: %s' % REPL,
              'tempest: ran 200, passed 180, skipped 20, failed 0 (75 s)'],
             lines)
+
+
+class BringUpTest(testtools.TestCase):
+    """A box that fails to come up gets one more try, said at the end."""
+
+    def _stack(self, failures):
+        """A stand-in ``tools/stack.sh`` whose first *failures* ups fail."""
+        tmp = self.useFixture(fixtures.TempDir()).path
+        script = os.path.join(tmp, 'stack.sh')
+        with open(script, 'w') as f:
+            f.write('#!/bin/sh\necho "$1" >> %(d)s/calls\n'
+                    'if [ "$1" = up ]; then\n'
+                    '  n=$(grep -c up %(d)s/calls)\n'
+                    '  [ "$n" -gt %(f)d ] && exit 0\n'
+                    '  echo "nova-compute did not report (try $n)" >&2\n'
+                    '  exit 3\nfi\n' % {'d': tmp, 'f': failures})
+        os.chmod(script, 0o755)
+        self.useFixture(fixtures.MockPatchObject(run_tempest, 'STACK_SH',
+                                                 script))
+        self.useFixture(fixtures.MockPatchObject(run_tempest, 'PROBLEMS',
+                                                 []))
+        return os.path.join(tmp, 'calls')
+
+    def _calls(self, path):
+        with open(path) as f:
+            return f.read().split()
+
+    def test_up_at_first_try(self):
+        calls = self._stack(0)
+        report = []
+        self.assertTrue(run_tempest.bring_up({}, 'tgt', report))
+        self.assertEqual(['up'], self._calls(calls))
+        self.assertEqual([], report)
+        self.assertEqual([], run_tempest.PROBLEMS)
+
+    def test_second_try_after_a_purge_is_said(self):
+        calls = self._stack(1)
+        report = []
+        self.assertTrue(run_tempest.bring_up({}, 'tgt', report))
+        self.assertEqual(['up', 'down', 'up'], self._calls(calls))
+        self.assertEqual(
+            ['tempest[tgt]: the box did not come up (try 1 of 2): '
+             'nova-compute did not report (try 1)'], run_tempest.PROBLEMS)
+        self.assertEqual(run_tempest.PROBLEMS, report)
+
+    def test_two_failures_fail(self):
+        calls = self._stack(2)
+        self.assertFalse(run_tempest.bring_up({}, 'rbd', []))
+        self.assertEqual(['up', 'down', 'up', 'down'], self._calls(calls))
+        self.assertEqual(2, len(run_tempest.PROBLEMS))
+        self.assertIn('(try 2 of 2): nova-compute did not report (try 2)',
+                      run_tempest.PROBLEMS[1])
