@@ -24,6 +24,8 @@ and gets, all through the one flow of
 
 * :meth:`force_detach` -- the full flow (lock, disconnect this host, revoke
   host access, fence, remove export, and only then reset Cinder's DB);
+* :meth:`fence_host` -- one host (dead or partitioned) off many volumes
+  at once, for evacuation: the same flow per volume;
 * :meth:`terminate_connection` -- what Cinder's attachment delete and
   ``os-force_detach`` call: the same tasks without the database;
 * ``create_export``, ``remove_export``, ``initialize_connection`` and
@@ -41,8 +43,8 @@ from __future__ import annotations
 import socket
 import sys
 import types
-from typing import (Any, Callable, Optional, Protocol, Sequence,
-                    TYPE_CHECKING)
+from typing import (Any, Callable, Iterable, Optional, Protocol,
+                    Sequence, TYPE_CHECKING)
 
 from cinder import context as cinder_context
 from cinder import exception
@@ -255,6 +257,34 @@ class ForceDetachMixin(object):
         """
         force_detach_flow.run(context, self, volume, connector=connector,
                               attachment_id=attachment_id, reason=reason)
+
+    def fence_host(self, context: cinder_context.RequestContext,
+                   host_connector: dict[str, Any],
+                   volumes: Iterable[objects.Volume], ip_wide: bool = False
+                   ) -> force_detach_flow.HostTeardown:
+        """Force-detach one host (a dead or partitioned one) from *volumes*.
+
+        Each volume runs the force-detach flow as :meth:`force_detach`
+        with *host_connector* would (its lock; its database reset only
+        after the host is cut; a re-run finds nothing and succeeds), every
+        flow paused before its fence so that a driver can fence them all
+        at once (the RBD driver overrides this with its one-pass fence).
+        Here each volume is fenced alone by :meth:`fence_clients`.  A
+        volume that fails keeps its rows; the others go on.
+
+        :param ip_wide: cut the host's whole address; only a driver that
+            fences by address can (this one refuses it).
+        :returns: :data:`~cinder_forcedetach.flows.force_detach.
+            HostTeardown` (``done``, ``failed``, ``seconds``).
+        """
+        if ip_wide:
+            raise exception.InvalidInput(reason=_(
+                '%s cannot fence a host\'s whole address (ip_wide)') %
+                type(self).__name__)
+        self.validate_connector(host_connector)
+        return force_detach_flow.run_host(
+            context, self, volumes, host_connector, lambda requests: {},
+            reason=notifications.HOST)
 
     #: Connector fields this driver cannot work without.
     required_connector_fields: tuple[str, ...] = ()

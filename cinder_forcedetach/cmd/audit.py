@@ -35,8 +35,6 @@ found (and not all repaired), 4 everything found was repaired, 1 bad input
 or an error, 5 a source unreachable (Cinder's database, a backend, Nova).
 """
 
-from oslo_config import cfg
-
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.audit import repair
 from cinder_forcedetach.audit import scan
@@ -123,7 +121,7 @@ def _audit(ctxt, conf, args, out):
     try:
         report = scan.run(
             ctxt, drivers, conf.volume_name_template,
-            sources.backend_resolver(_cluster(conf),
+            sources.backend_resolver(local.cluster_of(conf),
                                      list(drivers) + list(broken)),
             read_nova=read_nova, grace=args.grace, fix=args.fix,
             limit=args.fix_limit, only=args.case, broken=broken)
@@ -167,29 +165,11 @@ def _drivers(ctxt, conf, names):
     for name in names or enabled or [None]:
         group, backend_host = local.named_backend(name)
         try:
-            driver = local.build_driver(ctxt, group, backend_host,
-                                        cluster_name=_cluster(conf),
-                                        setup=False)
-            if getattr(driver, 'audit_needs_setup', True):
-                driver.do_setup(ctxt)
+            driver = local.command_driver(ctxt, group, backend_host,
+                                          local.cluster_of(conf))
         except Exception as err:
             broken[backend_host] = 'driver setup: %s: %s' % (
                 type(err).__name__, err)
         else:
             drivers[backend_host] = driver
     return drivers, broken
-
-
-#: cinder-volume's own option (``cinder.cmd.volume``, which a command does
-#: not import): the volume services' cluster, read from the same file.
-CLUSTER_OPT = cfg.StrOpt('cluster',
-                         help='Name of the cluster of the volume services '
-                              '(cinder-volume\'s [DEFAULT] cluster).')
-
-
-def _cluster(conf):
-    try:
-        conf.register_opt(CLUSTER_OPT)
-    except cfg.DuplicateOptError:
-        pass        # registered by cinder-volume's module: the same option
-    return conf.cluster

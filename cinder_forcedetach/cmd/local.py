@@ -129,6 +129,20 @@ def build_driver(ctxt, group, backend_host, cluster_name=None, setup=True):
     return driver
 
 
+def command_driver(ctxt, group, backend_host, cluster_name=None):
+    """The driver of *group* for a command, set up if it says it needs it.
+
+    A driver whose ``commands_need_setup`` is False works without
+    ``do_setup`` (the RBD driver: its Ceph layer waits for the cluster in
+    bounded time, upstream's setup would not).
+    """
+    driver = build_driver(ctxt, group, backend_host, cluster_name,
+                          setup=False)
+    if getattr(driver, 'commands_need_setup', True):
+        driver.do_setup(ctxt)
+    return driver
+
+
 def run(command, args, out, stderr):
     """Load the configuration, run *command* (a registry Command).
 
@@ -163,3 +177,20 @@ def run(command, args, out, stderr):
             command.what.format(**vars(args)), err))
     finally:
         coordination.COORDINATOR.stop()
+
+
+#: cinder-volume's own option (``cinder.cmd.volume``, which a command does
+#: not import): the volume services' cluster, read from the same file.
+CLUSTER_OPT_HELP = ('Name of the cluster of the volume services '
+                    '(cinder-volume\'s [DEFAULT] cluster).')
+
+
+def cluster_of(conf):
+    """The volume services' cluster (``[DEFAULT] cluster``), or None."""
+    from oslo_config import cfg
+
+    try:
+        conf.register_opt(cfg.StrOpt('cluster', help=CLUSTER_OPT_HELP))
+    except cfg.DuplicateOptError:
+        pass        # registered by cinder-volume's module: the same option
+    return conf.cluster

@@ -27,6 +27,8 @@ Usage (nova-manage / cinder-manage style)::
     cinder-forcedetach [global options] audit [--fix [--fix-limit N]]
         [--case CASE]... [--grace SECONDS] [--backend NAME]...
         [--nova-file FILE | --no-nova] [--config-file FILE]...
+    cinder-forcedetach [global options] host fence HOST [--backend NAME]...
+        [--ip-wide] [--dry-run] [--config-file FILE]...
 
 Global options: ``--format table|json|value``, ``--timeout SECONDS``,
 ``--service-token`` and the connection options below.
@@ -62,12 +64,13 @@ wrong state, 4 backend or server error, 5 endpoint unreachable.
 ``audit`` has exit codes of its own, in the manner of ``nova-manage
 placement audit``: see :mod:`cinder_forcedetach.cmd.audit`.
 
-``attachment refresh``, ``fence list|lift`` and ``audit`` are not API
-calls: like ``cinder-manage`` they run on a volume host, read cinder.conf
-and ask the backend's driver (a new connection_info,
+``attachment refresh``, ``fence list|lift``, ``audit`` and ``host fence``
+are not API calls: like ``cinder-manage`` they run on a volume host, read
+cinder.conf and ask the backend's driver (a new connection_info,
 :mod:`cinder_forcedetach.cmd.refresh`; the fences force-detach recorded,
 :mod:`cinder_forcedetach.cmd.fence`; what each backend exports,
-:mod:`cinder_forcedetach.cmd.audit`).
+:mod:`cinder_forcedetach.cmd.audit`; a dead host cut off its volumes,
+:mod:`cinder_forcedetach.cmd.host`).
 
 Adding a command: write a function ``f(resource, args, out)`` returning the
 exit code, decorate it with :func:`.registry.command` (category, name,
@@ -92,6 +95,7 @@ from cinder_forcedetach.cmd.errors import EXIT_OK  # noqa: F401
 from cinder_forcedetach.cmd.errors import EXIT_UNREACHABLE  # noqa: F401
 from cinder_forcedetach.cmd.errors import EXIT_USAGE
 from cinder_forcedetach.cmd import fence  # noqa: F401 (registers)
+from cinder_forcedetach.cmd import host  # noqa: F401 (registers)
 from cinder_forcedetach.cmd import local
 from cinder_forcedetach.cmd import output
 from cinder_forcedetach.cmd import refresh  # noqa: F401 (registers)

@@ -22,7 +22,7 @@ Storage vendors run it on their own subclass of
 
 It starts Cinder's API, scheduler and volume service in-process
 (:mod:`.harness`) with the vendor's driver and backend options, runs the
-checks of :mod:`.suite` (rules R1..R8, each check named after its rule)
+checks of :mod:`.suite` (rules R1..R9, each check named after its rule)
 and prints a summary table (:mod:`.runner`).  What the backend really has
 is read through the vendor's :class:`.probe.AccessProbe`, which also makes
 each attached host a live client where the protocol has them (tgt: a

@@ -33,6 +33,11 @@ R8        no second writer after a reset of the state: host 1 attached
           only), host 2 attaches through Cinder's API: host 1 has no
           access left and a write it tries then does not land (the grant
           must cut what no live attachment explains: ``volume_holders``)
+R9        a host fence (``fence_host``: a dead or partitioned host off
+          every volume at once, for evacuation) cuts host 1 off its own
+          volume and off a shared one, resets their rows, leaves host 2
+          its access and attachment (multiattach); a second call succeeds
+          and changes nothing
 ========  ===============================================================
 
 A check is ``test_R<n>_<what>``; its failure message starts with the
@@ -77,6 +82,7 @@ RULES = {
     'R6': 'bad connectors refused before anything is exported',
     'R7': 'a detached host loses access',
     'R8': 'no second writer after a reset of the state',
+    'R9': 'a host fence cuts one host off every volume',
 }
 
 # The flow's task that calls each hook (ForceDetachFailed names it).
@@ -800,6 +806,41 @@ class ConformanceChecks(harness.CinderHarness):
     def test_R8_status_only_reset_then_attach_elsewhere(self):
         self.rule = 'R8 no second writer after a status-only reset'
         self._second_writer({'status': 'available'}, (INSTANCE1, INSTANCE2))
+
+    # -- R9 -------------------------------------------------------------------
+
+    def _fence_host1(self, volume_ids, call):
+        what = 'fence_host(%s, %d volumes) (call %d)' % (
+            HOST1, len(volume_ids), call)
+        report = self.call(what, self.driver.fence_host, self.ctxt,
+                           self.connector(HOST1),
+                           [self.db_volume(v) for v in volume_ids])
+        self.expect(not report.failed and
+                    sorted(report.done) == sorted(volume_ids),
+                    '%s: done %s, failed %s; wanted every volume done' % (
+                        what, sorted(report.done), {
+                            vid: _describe(err)
+                            for vid, err in report.failed.items()}))
+        return what
+
+    def test_R9_host_fence_cuts_one_host_off_every_volume(self):
+        self.rule = 'R9 a host fence cuts one host off every volume'
+        own, _atts = self.attached()
+        hosts = self.hosts_for()
+        shared, atts = self.attached(hosts)
+        for call in (1, 2):     # the second finds nothing and succeeds
+            what = self._fence_host1([own, shared], call)
+            self.assert_detached(own, (HOST1,))
+            if HOST2 not in hosts:
+                self.assert_detached(shared, (HOST1,))
+                continue
+            self.expect(not self.access(shared, HOST1), 'after %s the probe '
+                        'says %s still has access to the shared volume' % (
+                            what, HOST1))
+            self._assert_host2_kept(shared, atts[HOST2])
+        self.note('%d volume(s), %s' % (
+            2, 'one shared with %s, which kept it' % HOST2
+            if HOST2 in hosts else 'no multiattach'))
 
 
 def _what_read(read, wanted):

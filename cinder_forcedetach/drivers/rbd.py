@@ -243,9 +243,10 @@ class RBDDriver(mixin.ForceDetachMixin, upstream_rbd.RBDDriver):
 
     #: Access is a live client, not a grant: a stopped guest holds nothing.
     audit_grants = False
-    #: The audit reads through the Ceph layer, in bounded time: upstream's
-    #: do_setup would wait for librados' default timeouts.
-    audit_needs_setup = False
+    #: The local commands (audit, host fence) work through the Ceph layer,
+    #: in bounded time: upstream's do_setup would wait for librados'
+    #: default timeouts (see cinder_forcedetach.cmd.local.command_driver).
+    commands_need_setup = False
 
     def audit_holders(self) -> dict[str, list[host_access.Holder]]:
         """Live clients of every image of the pool, keyed by their IP.

@@ -70,8 +70,8 @@ FC_DRIVER = 'cinder_forcedetach.drivers.fc.FibreChannelDriver'
 FC_TARGETS = ['5001438012345678', '5001438012345679']
 # Checks whose capability our drivers truly lack (see the docstring).
 NOT_APPLICABLE = {('R1', 'idempotent_fence_clients')}
-# Every check of the kit (R1-R8).
-N_CHECKS = 20
+# Every check of the kit (R1-R9).
+N_CHECKS = 21
 
 
 class NonIdempotentRevokeDriver(iscsi.TgtISCSIDriver):

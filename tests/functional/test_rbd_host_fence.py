@@ -30,9 +30,11 @@ held by host B (compute2); ``RBDDriver.fence_host(ctx, A, volumes)``
 * succeed as a no-op when run again;
 * with the monitor unreachable, fail every volume in bounded time and leave
   the volumes and attachments in Cinder's database as they were;
-* fail alone a volume whose clients nothing explains, the others fenced.
+* fail alone a volume whose clients nothing explains, the others fenced;
+* do all of that from the operator's ``cinder-forcedetach host fence``.
 """
 
+import json
 import os
 import signal
 import time
@@ -272,3 +274,52 @@ class RBDHostFenceTestCase(test_rbd.RBDTestCase):
         again = self.writer(info, 'compute1', tag='N', base=30000)
         again.wait_oks(3)
         self.assertEqual([], again.errs())
+
+    def test_host_fence_cli(self):
+        """The operator's ``cinder-forcedetach host fence compute1``.
+
+        A dry run changes nothing; with the monitor stopped every volume
+        fails (exit 4) and keeps its rows; once it is back the command
+        fences A's writers, B's writes on; run again it finds nothing.
+        """
+        ids, writers, shared, att_b, b = self.host_a(singles=2)
+        rows = self.rows(ids)
+
+        def fence(*extra):
+            res = self.local_cli('host', 'fence', 'compute1', *extra)
+            self.assertNotIn(self.cluster.cinder_key, res.stdout + res.stderr)
+            return res, {r['volume_id']: r for r in json.loads(res.stdout)}
+
+        res, planned = fence('--dry-run')
+        self.assertEqual(0, res.returncode, res.stderr)
+        self.assertEqual({v: 'planned' for v in ids},
+                         {v: r['result'] for v, r in planned.items()})
+        self.assertEqual(rows, self.rows(ids))
+
+        mon = self.cluster.mon_pid()
+        os.kill(mon, signal.SIGSTOP)
+        try:
+            res, failed = fence()
+        finally:
+            os.kill(mon, signal.SIGCONT)
+        self.assertEqual(4, res.returncode, res.stderr)
+        self.assertEqual({v: 'failed' for v in ids},
+                         {v: r['result'] for v, r in failed.items()})
+        self.assertIn('Ceph cluster unavailable', failed[ids[0]]['error'])
+        self.assertEqual(rows, self.rows(ids))
+        for writer in list(writers.values()) + [b]:
+            self.assertEqual([], writer.errs())
+
+        res, fenced = fence()
+        returned = time.time()
+        self.assertEqual(0, res.returncode, res.stderr)
+        self.assertEqual({v: ('fenced', [writers[v].addr]) for v in ids},
+                         {v: (r['result'], r['fenced'])
+                          for v, r in fenced.items()})
+        for vol_id in ids:
+            self.assert_fenced_cleanly(writers[vol_id], vol_id, returned)
+        self.assert_b_writes_on(shared, b, returned)
+        self.assert_only_a_detached(ids, shared, att_b)
+
+        res, again = fence()
+        self.assertEqual((0, {}), (res.returncode, again), res.stderr)

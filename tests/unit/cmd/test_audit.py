@@ -76,25 +76,6 @@ class AuditErrorsTestCase(testtools.TestCase):
                          (err.code, err.message))
 
 
-class ClusterOptionTestCase(testtools.TestCase):
-
-    def test_cluster_read_from_the_file_without_cinder_volume(self):
-        """The volume services' cluster, which the command never imports."""
-        conf_file = self.useFixture(fixtures.TempDir()).join('cinder.conf')
-        with open(conf_file, 'w') as f:
-            f.write('[DEFAULT]\ncluster = box\n')
-        conf = cfg.ConfigOpts()
-        conf(['--config-file', conf_file], project='cinder')
-        self.assertEqual('box', audit._cluster(conf))
-        self.assertEqual('box', audit._cluster(conf))   # registered once
-
-    def test_no_cluster(self):
-        conf = cfg.ConfigOpts()
-        conf([], project='cinder', default_config_files=[],
-             default_config_dirs=[])
-        self.assertIsNone(audit._cluster(conf))
-
-
 class AuditNotificationsTestCase(testtools.TestCase):
 
     def test_each_finding_and_the_pass_are_notified(self):

@@ -271,9 +271,11 @@ class ManageTestCase(fake_cinder.FakeCinderTestCase):
                     for n, cmd in registry.COMMANDS[c].items()}
         self.assertEqual({('volume', 'force-detach'), ('attachment', 'show'),
                           ('attachment', 'refresh'), ('fence', 'list'),
-                          ('fence', 'lift'), ('audit', None)}, set(commands))
+                          ('fence', 'lift'), ('audit', None),
+                          ('host', 'fence')}, set(commands))
         self.assertEqual({('attachment', 'refresh'), ('fence', 'list'),
-                          ('fence', 'lift'), ('audit', None)},
+                          ('fence', 'lift'), ('audit', None),
+                          ('host', 'fence')},
                          {k for k, cmd in commands.items() if cmd.local})
         # The local ones get cinder.conf's options, the API ones do not.
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', io.StringIO()))
