@@ -110,16 +110,18 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
 
         The guest's console must keep growing (writes to its other disks,
         or failed writes to this one): a guest that stopped altogether
-        would prove nothing.
+        would prove nothing.  *vol_id* may be a list: one hold for all.
         """
-        before = self.record(vol_id)
+        vol_ids = [vol_id] if isinstance(vol_id, str) else vol_id
+        before = {v: self.record(v) for v in vol_ids}
         alive = self.console_lines(server_id)
         time.sleep(hold)
-        self.assertEqual(before, self.record(vol_id),
-                         'the guest still writes volume %s' % vol_id)
+        for v in vol_ids:
+            self.assertEqual(before[v], self.record(v),
+                             'the guest still writes volume %s' % v)
         self.assertGreater(self.console_lines(server_id), alive,
                            'the guest stopped altogether: nothing proven')
-        return before
+        return before[vol_ids[0]]
 
     def service_force_detach(self, vol_id):
         """The operator command Nova's service user runs (service token)."""
@@ -339,3 +341,47 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
                   {'os-start': None})
         self.settled(server_id)
         self.writing(server_id, vol_id)
+
+    def test_host_fence_cuts_the_compute_host_off_tgt_and_rbd(self):
+        """The operator's ``host fence`` of the host a guest writes from.
+
+        One guest writes a tgt volume (qemu's libiscsi) and an RBD volume
+        (qemu's librbd).  ``cinder-forcedetach host fence box-compute``,
+        run on the volume host with its cinder.conf as before an
+        evacuation, cuts that host off both backends in one command: both
+        volumes are available, the target is gone, and nothing more of the
+        guest lands on either while it runs on (its root disk), also once
+        both are attached to another host and longer than libiscsi's
+        reconnect.  What is left is Nova's mapping, for the evacuation to
+        rebuild: the audit finds ``bdm_without_attachment`` for each.
+        """
+        server_id = self.boot('guest-host-fence')
+        volumes = [self.new_volume('guest-fence-' + backend, backend=backend)
+                   for backend in ('tgt', 'rbd')]
+        for vol_id in volumes:
+            self.attach(server_id, vol_id)
+        for vol_id in volumes:
+            self.writing(server_id, vol_id)
+        cinder, ctx = self.box.service('cinder'), self.box.ctx
+        res = self.shell(cinder.manage_command(
+            ctx, '--format json host fence %s --config-file %s' % (
+                nova_service.COMPUTE_HOST, cinder.conf_path(ctx))))
+        self.assertEqual(0, res.returncode, res.stdout + res.stderr)
+        self.assertNotIn(ctx.secrets()['cinder_password'],
+                         res.stdout + res.stderr)
+        rows = {r['volume_id']: r for r in json.loads(res.stdout)}
+        self.assertEqual({v: 'fenced' for v in volumes},
+                         {v: r['result'] for v, r in rows.items()})
+        for vol_id in volumes:
+            self.assertEqual('available', self.volume(vol_id)['status'])
+            self.assertEqual([], self.attachments(vol_id))
+        self.assertEqual((False, []), self.target(volumes[0]))
+        self.assert_nothing_lands(server_id, volumes, 5)
+        _code, findings = self.audit()
+        self.assertEqual({v: ['bdm_without_attachment'] for v in volumes},
+                         {v: [f['case'] for f in findings.get(v, [])]
+                          for v in volumes})
+        for vol_id in volumes:
+            self.grant_other_host(vol_id)
+        self.assert_nothing_lands(server_id, volumes, HOLD)
+        self.assertIn('error vd', self.console(server_id))
