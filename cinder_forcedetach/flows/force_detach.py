@@ -161,9 +161,9 @@ class RequireDetachedTask(flow_utils.CinderTask):
 
     def execute(self, context: cinder_context.RequestContext,
                 volume: objects.Volume) -> None:
-        volume.refresh()
-        live = [a for a in objects.VolumeAttachmentList.get_all_by_volume_id(
-            context, volume.id) if fd_attachments.is_live(a)]
+        volume.refresh()    # its attachments too, in the same query
+        live = [a for a in volume.volume_attachment
+                if fd_attachments.is_live(a)]
         if volume.status != 'available' or live:
             raise exception.InvalidVolume(reason=_(
                 'volume %(vol)s changed since it was found detached: status '
@@ -202,8 +202,8 @@ class ResolveAttachmentsTask(_DriverTask):
                     'allowed': ', '.join(ALLOWED_STATUSES)})
         if connector is not None:
             self.driver.validate_connector(connector)
-        live = [a for a in objects.VolumeAttachmentList.get_all_by_volume_id(
-            context, volume.id) if fd_attachments.is_live(a)]
+        live = [a for a in volume.volume_attachment
+                if fd_attachments.is_live(a)]
         if attachment_id:
             detaching = [a for a in live if a.id == attachment_id]
             if not detaching:
@@ -451,9 +451,11 @@ class ResetDatabaseTask(flow_utils.CinderTask):
         locks.check_lock(lock, volume, type(self).__name__)
         ids = [a.id for a in detaching] or (
             [attachment_id] if attachment_id else [])
+        # finish_detach updates the object as it updates the rows.
         for att_id in ids:
             volume.finish_detach(att_id)
-        volume.refresh()
+        if not ids:
+            volume.refresh()
         if not ids and not volume.volume_attachment and (
                 volume.status != 'available' or
                 volume.attach_status != fields.VolumeAttachStatus.DETACHED):
