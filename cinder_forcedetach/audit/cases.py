@@ -92,6 +92,16 @@ CASES = collections.OrderedDict((c.name, c) for c in (
          'its volume is deleted',
          'none (fencing postdates the spec)',
          'lift the fence'),
+    Case('forced_down_host',
+         'a live attachment of a compute host Nova has forced down (the '
+         'operator\'s step before evacuating its servers: "openstack '
+         'compute service set --down HOST nova-compute")',
+         'evacuation: the host is dead or partitioned, its guests may still '
+         'write',
+         'host fence: cut that host off the volume and end its attachments '
+         '(our flow with its connector), so that the evacuated server can '
+         'attach on its new host; not refused for an active instance: '
+         'forced down is the operator saying the host is gone'),
 ))
 
 # Repair actions (Finding.action): what repair.py runs.
@@ -182,6 +192,8 @@ class Nova(object):
     bdms: list = dataclasses.field(default_factory=list)
     #: instance uuid -> vm_state of every instance Nova listed
     instances: dict = dataclasses.field(default_factory=dict)
+    #: compute hosts whose nova-compute service is forced down
+    forced_down: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         self.by_pair = {(b.instance_uuid, b.volume_id): b for b in self.bdms}
@@ -191,11 +203,13 @@ class Nova(object):
             self.by_volume[bdm.volume_id].append(bdm)
 
     @classmethod
-    def from_servers(cls, servers: Iterable[dict[str, Any]]) -> Nova:
+    def from_servers(cls, servers: Iterable[dict[str, Any]],
+                     forced_down: Iterable[str] = ()) -> Nova:
         """Mappings from Nova's server listing (``GET /servers/detail``).
 
         It names each server's volumes, not attachment ids: mappings
-        match Cinder's attachments by instance and volume.
+        match Cinder's attachments by instance and volume.  *forced_down*:
+        the hosts of the compute services Nova lists as forced down.
         """
         instances: dict[str, str] = {}
         bdms = []
@@ -205,7 +219,7 @@ class Nova(object):
             for vol in server.get(SERVER_VOLUMES) or []:
                 bdms.append(records.Bdm(server['id'], vol['id'], None, state,
                                         server.get('OS-EXT-SRV-ATTR:host')))
-        return cls(bdms, instances)
+        return cls(bdms, instances, frozenset(forced_down))
 
     def bdm_of(self, attachment: records.Attachment
                ) -> Optional[records.Bdm]:
@@ -369,6 +383,17 @@ class _VolumeAudit(object):
                 self.refuse_if_nova_holds(finding, [att])
             return
         host = (att.connector or {}).get('host') or att.attached_host
+        if nova is not None and att.connector and (
+                att.attached_host in nova.forced_down):
+            # Its other cases' repairs would refuse an active instance:
+            # this one is for exactly that instance, evacuated.
+            self.add('forced_down_host', attachment_id=att.id,
+                     instance_uuid=att.instance_uuid, host=att.attached_host,
+                     action=REVOKE, connector=att.connector,
+                     evidence='Nova has nova-compute of %s forced down; '
+                              'attachment %s' % (att.attached_host,
+                                                 att.attach_status))
+            return
         if nova is not None and att.instance_uuid and bdm is None:
             state = nova.instances.get(att.instance_uuid, 'deleted')
             self.add('attachment_without_bdm', attachment_id=att.id,

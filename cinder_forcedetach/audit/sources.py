@@ -283,18 +283,24 @@ def read_nova_api(context: cinder_context.RequestContext,
         servers = client.servers.list(detailed=True,
                                       search_opts={'all_tenants': True},
                                       limit=-1)
+        forced_down = [service.host for service in
+                       client.services.list(binary='nova-compute')
+                       if getattr(service, 'forced_down', False)]
     except Exception as err:
         raise Unreachable('Nova: %s' % err) from err
-    return cases.Nova.from_servers(server.to_dict() for server in servers)
+    return cases.Nova.from_servers((server.to_dict() for server in servers),
+                                   forced_down)
 
 
 def read_nova_file(path: str) -> cases.Nova:
     """Nova's mappings from a JSON file.
 
     ``{"instances": {uuid: vm_state}, "bdms": [{"instance_uuid",
-    "volume_id", "attachment_id", "vm_state", "host"}]}``, e.g. exported
-    from Nova's cell database (``block_device_mapping`` joined with
-    ``instances``, deleted = 0, destination_type = 'volume').
+    "volume_id", "attachment_id", "vm_state", "host"}],
+    "forced_down_hosts": [host]}``, e.g. exported from Nova's cell
+    database (``block_device_mapping`` joined with ``instances``, deleted
+    = 0, destination_type = 'volume'; ``services`` with forced_down = 1
+    and binary 'nova-compute').
     """
     try:
         with open(path) as f:
@@ -303,9 +309,12 @@ def read_nova_file(path: str) -> cases.Nova:
                             b.get('attachment_id'), b['vm_state'],
                             b.get('host')) for b in data.get('bdms', [])]
         instances = dict(data.get('instances', {}))
+        forced_down = frozenset(data.get('forced_down_hosts', []))
+        if not all(isinstance(h, str) for h in forced_down):
+            raise TypeError('forced_down_hosts must be a list of host names')
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError('cannot read Nova mappings from %s: %s' % (
             path, err))
     for bdm in bdms:
         instances.setdefault(bdm.instance_uuid, bdm.vm_state)
-    return cases.Nova(bdms, instances)
+    return cases.Nova(bdms, instances, forced_down)

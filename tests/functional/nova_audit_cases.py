@@ -157,3 +157,53 @@ class NovaAuditCases(object):
                   'Nova to detach the deleted server\'s volume')
         self.assertEqual((False, []), self.target(vol_id))
         self.assertNotIn(vol_id, self.audit()[1])
+
+    def test_audit_fences_the_volumes_of_a_forced_down_compute_host(self):
+        """forced_down_host: the host cut before its servers are evacuated.
+
+        The operator forces the compute service down (``openstack compute
+        service set --down box-compute nova-compute``, Nova's precondition
+        for evacuate) while its active server has a data volume the host
+        writes (a live session with the compute's initiator).  The audit
+        finds both of the server's attachments; ``--fix`` cuts the host off
+        and ends them although the instance is active (forced down is the
+        operator's word that the host is gone): the volumes are available,
+        the targets gone, nothing of the host lands.
+        """
+        boot_id = self.new_volume('fdown-boot', self.box_image())
+        vol_id = self.new_volume('fdown-data')
+        server_id = self.boot('fdown', boot_id)
+        self.attach(server_id, vol_id)
+        [att] = self.attachments(vol_id)
+        host = self.compute_session(vol_id)
+        control = cutoff.control_write(self, host, 0x5a, offset=8192,
+                                       backing=self.backing_path(vol_id))
+        [service] = [s for s in self.nova(
+            'GET', '/os-services?binary=nova-compute')['services']
+            if s['host'] == nova_service.COMPUTE_HOST]
+        self.assertNotIn(vol_id, self.audit()[1])
+        self.nova('PUT', '/os-services/%s' % service['id'],
+                  {'forced_down': True})
+        self.addCleanup(self.nova, 'PUT', '/os-services/%s' % service['id'],
+                        {'forced_down': False})
+
+        _code, found = self.audit()
+        for volume_id in (vol_id, boot_id):
+            self.assertEqual(
+                [('forced_down_host', server_id, nova_service.COMPUTE_HOST)],
+                [(r['case'], r['instance'], r['host'])
+                 for r in found[volume_id]])
+        self.assertEqual(att['id'], found[vol_id][0]['attachment'])
+
+        _code, found = self.audit('--fix', '--case', 'forced_down_host')
+        for volume_id in (vol_id, boot_id):
+            self.assertEqual(['repaired'],
+                             [r['result'] for r in found[volume_id]])
+            self.assertEqual('available', self.volume(volume_id)['status'])
+            self.assertEqual([], self.attachments(volume_id))
+            self.assertEqual((False, []), self.target(volume_id))
+        cutoff.assert_cut_off(self, host, self.backing_path(vol_id), 0x5b,
+                              control=control)
+        # What is left is Nova's mapping: the evacuation rebuilds it.
+        self.assertEqual(['bdm_without_attachment'],
+                         [r['case'] for r in self.audit()[1][vol_id]])

@@ -132,6 +132,46 @@ class ClassifyTestCase(testtools.TestCase):
         self.assertEqual(('leaked_export', cases.TEARDOWN),
                          (finding.case, finding.action))
 
+    def test_attachment_of_a_forced_down_host_is_fenced_though_active(self):
+        """Forced down is the operator's word that the host is gone.
+
+        The evacuated server is active in Nova and its mapping stays: the
+        other cases would refuse; this one is for exactly that server.
+        The other host's attachment of the shared volume is no finding.
+        """
+        nova = cases.Nova([bdm(att='a1'), bdm('i2', att='a2')],
+                          {'i1': 'active', 'i2': 'active'},
+                          forced_down=frozenset({'compute1'}))
+        snap = snapshot([volume()], [
+            attachment('a1'),
+            attachment('a2', host='compute2', instance='i2', iqn=IQN2)],
+            {'v1': [acl(), acl(kind='session'), acl(IQN2)]}, nova)
+        (finding,) = classify(snap)[0]
+        self.assertEqual(
+            ('forced_down_host', 'a1', 'compute1', cases.REVOKE, None),
+            (finding.case, finding.attachment_id, finding.host,
+             finding.action, finding.refused))
+        self.assertEqual('compute1', finding.connector['host'])
+
+    def test_forced_down_host_without_a_grant_is_still_fenced(self):
+        """Not also ``attached_not_exported``: one repair per attachment."""
+        nova = cases.Nova([bdm(att='a1')], {'i1': 'active'},
+                          forced_down=frozenset({'compute1'}))
+        snap = snapshot([volume()], [attachment('a1')], {}, nova)
+        self.assertEqual(['forced_down_host'], self.cases_of(snap))
+
+    def test_reservation_of_a_forced_down_host_is_no_finding(self):
+        """No connector: it never reached the backend."""
+        nova = cases.Nova([bdm(att='a1', state='shelved_offloaded')],
+                          {'i1': 'shelved_offloaded'},
+                          forced_down=frozenset({'compute1'}))
+        snap = snapshot([volume(status='reserved',
+                                attach_status='reserved')],
+                        [records.Attachment('a1', 'v1', 'reserved', 'i1',
+                                            None, 'compute1', OLD)],
+                        {}, nova)
+        self.assertEqual([], self.cases_of(snap))
+
     def test_attached_host_not_granted(self):
         snap = snapshot([volume()], [attachment('a1')], {},
                         cases.Nova([bdm(att='a1', state='stopped')],

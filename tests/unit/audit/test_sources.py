@@ -122,10 +122,17 @@ class ReadNovaFileTestCase(testtools.TestCase):
         self.assertEqual([records.Bdm('i1', 'v1', 'a1', 'active', None)],
                          nova.bdms)
         self.assertEqual({'i1': 'active', 'i2': 'deleted'}, nova.instances)
+        self.assertEqual(frozenset(), nova.forced_down)
+
+    def test_forced_down_hosts(self):
+        nova = sources.read_nova_file(self.write({
+            'forced_down_hosts': ['compute1', 'compute1', 'compute2']}))
+        self.assertEqual({'compute1', 'compute2'}, nova.forced_down)
 
     def test_bad_files_are_a_clear_error(self):
         for data in ('not json', {'bdms': [{'volume_id': 'v'}]},
-                     {'bdms': 5}):
+                     {'bdms': 5}, {'forced_down_hosts': [1]},
+                     {'forced_down_hosts': 5}):
             err = self.assertRaises(ValueError, sources.read_nova_file,
                                     self.write(data))
             self.assertIn('cannot read Nova mappings', str(err))
