@@ -160,10 +160,8 @@ def _drivers(ctxt, conf, names):
 
     Returns ``({host@backend: driver}, {host@backend: error})``.
     """
-    enabled = [b.strip() for b in (conf.enabled_backends or []) if b.strip()]
     drivers, broken = {}, {}
-    for name in names or enabled or [None]:
-        group, backend_host = local.named_backend(name)
+    for group, backend_host in local.backends(names):
         try:
             driver = local.command_driver(ctxt, group, backend_host,
                                           local.cluster_of(conf))

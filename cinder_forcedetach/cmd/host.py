@@ -99,9 +99,7 @@ def host_fence(conf, args, out):
         raise CliError(EXIT_USAGE, 'HOST must be a host name or an IP '
                        'address, as a connector names it')
     ctxt = context.get_admin_context()
-    enabled = [b.strip() for b in (conf.enabled_backends or []) if b.strip()]
-    backends = [local.named_backend(name)
-                for name in args.backend or enabled or [None]]
+    backends = local.backends(args.backend)
     cluster = local.cluster_of(conf)
     notifications.init_command(conf)
     try:
@@ -165,7 +163,7 @@ def _fence_backend(ctxt, args, group, backend_host, cluster):
     # One fence per connector the host's attachments carry (one, unless
     # the host changed its address or initiator between attachments).
     groups = collections.defaultdict(list)
-    for vid, (volume, atts) in sorted(held.items()):
+    for volume, atts in (held[vid] for vid in sorted(held)):
         newest = max(atts, key=lambda a: (a.attach_time or a.created_at,
                                           a.id))
         groups[_connector_key(newest.connector)].append(
@@ -178,8 +176,7 @@ def _fence_backend(ctxt, args, group, backend_host, cluster):
             done, failed = {v.id: [] for v in volumes}, {}
         else:
             report = driver.fence_host(ctxt, connector, volumes,
-                                       **({'ip_wide': True} if args.ip_wide
-                                          else {}))
+                                       ip_wide=args.ip_wide)
             done, failed = report.done, report.failed
         for volume in volumes:
             error = failed.get(volume.id)

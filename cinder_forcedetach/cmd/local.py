@@ -83,6 +83,22 @@ def backend_of(volume):
     return group, backend_host
 
 
+def enabled_backends(conf):
+    """The backend sections cinder.conf's ``enabled_backends`` names."""
+    return [b.strip() for b in (conf.enabled_backends or []) if b.strip()]
+
+
+def backends(names=None):
+    """``[(config group, host@backend)]`` of *names*, else every enabled.
+
+    Without ``enabled_backends``: ``[backend_defaults]`` alone.
+    """
+    from oslo_config import cfg
+
+    return [named_backend(name)
+            for name in names or enabled_backends(cfg.CONF) or [None]]
+
+
 def named_backend(name=None):
     """(config group, ``host@backend``) of backend *name*.
 
@@ -94,7 +110,7 @@ def named_backend(name=None):
     from cinder.volume import configuration
 
     conf = cfg.CONF
-    enabled = [b.strip() for b in (conf.enabled_backends or []) if b.strip()]
+    enabled = enabled_backends(conf)
     if name is None:
         if len(enabled) > 1:
             raise CliError(EXIT_USAGE, 'cinder.conf enables several '
