@@ -589,9 +589,13 @@ def backend_resolver(conf, driver):
     """The CLI's volume host -> backend function (as the code has it)."""
     from cinder_forcedetach.audit import sources
     from cinder_forcedetach.cmd import audit as audit_cmd
+    from cinder_forcedetach.cmd import local
 
     if hasattr(sources, 'backend_resolver'):
-        return sources.backend_resolver(audit_cmd._cluster(conf), [BACKEND])
+        # Older commits kept the cluster option in the audit command.
+        cluster_of = getattr(local, 'cluster_of', None) or getattr(
+            audit_cmd, '_cluster')
+        return sources.backend_resolver(cluster_of(conf), [BACKEND])
     return audit_cmd._backend_of(conf, {BACKEND: driver})
 
 
