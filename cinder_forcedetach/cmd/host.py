@@ -114,28 +114,28 @@ def host_fence(conf, args, out):
         else EXIT_OK
 
 
-def held_by(ctxt, host, backend_names):
+def held_by(ctxt, host, backend_host, cluster):
     """``{volume_id: (volume, [live attachments of host])}`` on a backend.
 
-    A volume is on the backend when its ``host`` (``host@backend#pool``)
-    or its cluster is one of *backend_names* (``host@backend``,
-    ``cluster@backend``).  An attachment without a connector (reserved)
-    never reached the backend: not counted.
+    A volume is on the backend *backend_host* when the audit's rule says
+    so (:func:`cinder_forcedetach.audit.sources.backend_resolver`: its own
+    host, or in a cluster its cluster's backend of the same name).  An
+    attachment without a connector (reserved) never reached the backend:
+    not counted.
     """
     from cinder import objects
-    from cinder.volume import volume_utils
 
     from cinder_forcedetach import attachments as fd_attachments
+    from cinder_forcedetach.audit import sources
 
+    backend_of = sources.backend_resolver(cluster, [backend_host])
     held = {}
     for att in objects.VolumeAttachmentList.get_all_by_host(ctxt, host):
         if not fd_attachments.is_live(att) or not att.connector:
             continue
         if att.volume_id not in held:
             volume = objects.Volume.get_by_id(ctxt, att.volume_id)
-            ours = any(volume_utils.extract_host(name, 'backend') in
-                       backend_names
-                       for name in (volume.host, volume.cluster_name) if name)
+            ours = backend_of(volume.host, volume.cluster_name) == backend_host
             held[att.volume_id] = (volume, []) if ours else None
         if held[att.volume_id] is not None:
             held[att.volume_id][1].append(att)
@@ -149,11 +149,7 @@ def _connector_key(connector):
 
 
 def _fence_backend(ctxt, args, group, backend_host, cluster):
-    names = {backend_host}
-    if cluster:
-        # The cluster's name for the backend, as volume.cluster_name has it
-        names.add(cluster + backend_host[len(backend_host.split('@')[0]):])
-    held = held_by(ctxt, args.host, names)
+    held = held_by(ctxt, args.host, backend_host, cluster)
     if not held:
         return []
     driver = local.command_driver(ctxt, group, backend_host, cluster)

@@ -159,8 +159,7 @@ class RequireDetachedTask(flow_utils.CinderTask):
     the lock: an attach may have begun since.  Then nothing is torn down.
     """
 
-    def execute(self, context: cinder_context.RequestContext,
-                volume: objects.Volume) -> None:
+    def execute(self, volume: objects.Volume) -> None:
         volume.refresh()    # its attachments too, in the same query
         live = [a for a in volume.volume_attachment
                 if fd_attachments.is_live(a)]
@@ -456,13 +455,14 @@ class ResetDatabaseTask(flow_utils.CinderTask):
             volume.finish_detach(att_id)
         if not ids:
             volume.refresh()
-        if not ids and not volume.volume_attachment and (
-                volume.status != 'available' or
-                volume.attach_status != fields.VolumeAttachStatus.DETACHED):
-            volume.update({
-                'status': 'available',
-                'attach_status': fields.VolumeAttachStatus.DETACHED})
-            volume.save()
+            if not volume.volume_attachment and (
+                    volume.status != 'available' or
+                    volume.attach_status !=
+                    fields.VolumeAttachStatus.DETACHED):
+                volume.update({
+                    'status': 'available',
+                    'attach_status': fields.VolumeAttachStatus.DETACHED})
+                volume.save()
         if fd_attachments.hosts_in_teardown(volume) is not None:
             db_api.volume_admin_metadata_delete(context.elevated(), volume.id,
                                                 fd_attachments.TEARDOWN_MARK)
