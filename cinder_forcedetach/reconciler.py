@@ -57,7 +57,6 @@ from oslo_utils import timeutils
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.audit import cases
-from cinder_forcedetach.audit import repair
 from cinder_forcedetach.audit import scan
 from cinder_forcedetach.audit import sources
 from cinder_forcedetach.flows import force_detach as force_detach_flow
@@ -166,7 +165,7 @@ class Reconciler(object):
                          'holders': finding.evidence, 'why': why})
         for finding, why in cut[:self.limit]:
             finding.result = self.cut(ctxt, finding, why)
-        done = [(f, why) for f, why in cut if f.result == repair.REPAIRED]
+        done = [(f, why) for f, why in cut if f.result == cases.REPAIRED]
         self.passes += 1
         self.cut_total += len(done)
         failed = [f for f, _why in cut
@@ -215,7 +214,7 @@ class Reconciler(object):
                       'failed: %(err)s', {'vol': finding.volume_id,
                                           'err': err})
             return 'failed: %s' % err
-        return repair.REPAIRED
+        return cases.REPAIRED
 
     def select(self, ctxt: cinder_context.RequestContext,
                findings: Iterable[cases.Finding], now: datetime.datetime

@@ -27,7 +27,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-from typing import Any, Iterable, Optional, Sequence, TypeGuard
+from typing import (Any, Callable, Collection, Iterable, Optional, Sequence,
+                    TypeGuard)
 
 from cinder_forcedetach.audit import records
 from cinder_forcedetach import host_access
@@ -165,6 +166,44 @@ class Finding(object):
 
 COLUMNS = ('case', 'volume', 'attachment', 'instance', 'host', 'backend',
            'evidence', 'repair', 'result')
+#: Finding.result of a repair that ran and succeeded.
+REPAIRED = 'repaired'
+#: At most this many repairs per ``--fix`` run, unless told.
+DEFAULT_FIX_LIMIT = 25
+
+
+def fix_each(findings: Iterable[Finding],
+             repair: Callable[[Finding], None],
+             limit: int = DEFAULT_FIX_LIMIT,
+             only: Optional[Collection[str]] = None) -> int:
+    """Call *repair* on each finding ours to repair, in order.
+
+    Sets each finding's ``result``.  A refused finding (an instance active
+    on it, Nova not consulted, Nova's own to repair) is never passed to
+    *repair*; neither is one of a case not in *only*, nor any after
+    *limit* repairs.  An exception of *repair* is that finding's failure,
+    not the run's: the next one is still tried.
+
+    :returns: how many repairs ran (successful or not).
+    """
+    ran = 0
+    for finding in findings:
+        if only and finding.case not in only:
+            finding.result = 'not selected'
+        elif finding.refused or finding.action == NONE:
+            finding.result = 'refused: %s' % (finding.refused or
+                                              'not ours to repair')
+        elif ran >= limit:
+            finding.result = 'over the fix limit (%d)' % limit
+        else:
+            ran += 1
+            try:
+                repair(finding)
+            except Exception as err:
+                finding.result = 'failed: %s' % err
+            else:
+                finding.result = REPAIRED
+    return ran
 
 
 @dataclasses.dataclass

@@ -36,9 +36,6 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_LIMIT = 25
-REPAIRED = 'repaired'
-
 
 def _run(context: cinder_context.RequestContext, driver: Any,
          finding: cases.Finding) -> None:
@@ -69,33 +66,21 @@ def _run(context: cinder_context.RequestContext, driver: Any,
 
 def fix(context: cinder_context.RequestContext,
         findings: Iterable[cases.Finding], drivers: dict[str, Any],
-        limit: int = DEFAULT_LIMIT,
+        limit: int = cases.DEFAULT_FIX_LIMIT,
         only: Optional[Collection[str]] = None) -> int:
-    """Repair *findings* in order; set each one's ``result``.
+    """Repair *findings* in order (:func:`.cases.fix_each`).
 
     :param drivers: backend (``host@backend``) -> its volume driver.
     :param only: case names to repair (default: every case).
     :returns: how many repairs ran (successful or not).
     """
-    ran = 0
-    for finding in findings:
-        if only and finding.case not in only:
-            finding.result = 'not selected'
-        elif finding.refused or finding.action == cases.NONE:
-            finding.result = 'refused: %s' % (finding.refused or
-                                              'not ours to repair')
-        elif ran >= limit:
-            finding.result = 'over the fix limit (%d)' % limit
-        else:
-            ran += 1
-            try:
-                # Only a refused finding (Nova's) has no backend.
-                _run(context, drivers[cast(str, finding.backend)], finding)
-            except Exception as err:
-                LOG.error('Repair of %(case)s on volume %(vol)s failed: '
-                          '%(err)s', {'case': finding.case,
-                                      'vol': finding.volume_id, 'err': err})
-                finding.result = 'failed: %s' % err
-            else:
-                finding.result = REPAIRED
-    return ran
+    def repair(finding: cases.Finding) -> None:
+        try:
+            # Only a refused finding (Nova's) has no backend.
+            _run(context, drivers[cast(str, finding.backend)], finding)
+        except Exception as err:
+            LOG.error('Repair of %(case)s on volume %(vol)s failed: '
+                      '%(err)s', {'case': finding.case,
+                                  'vol': finding.volume_id, 'err': err})
+            raise
+    return cases.fix_each(findings, repair, limit=limit, only=only)

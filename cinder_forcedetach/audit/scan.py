@@ -47,7 +47,7 @@ class Report(object):
                   'nova consulted': self.nova_read}
         if fix:
             result['repaired'] = sum(1 for f in self.findings
-                                     if f.result == repair.REPAIRED)
+                                     if f.result == cases.REPAIRED)
         return result
 
 
@@ -73,7 +73,7 @@ def run(context: cinder_context.RequestContext, drivers: dict[str, Any],
         name_template: str, backend_of: sources.BackendOf,
         read_nova: Optional[Callable[[], cases.Nova]] = None,
         grace: float = 0, fix: bool = False,
-        limit: int = repair.DEFAULT_LIMIT,
+        limit: int = cases.DEFAULT_FIX_LIMIT,
         only: Optional[Collection[str]] = None,
         broken: Optional[dict[str, str]] = None) -> Report:
     """Audit the backends of *drivers*; repair with *fix*.

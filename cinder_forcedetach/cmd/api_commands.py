@@ -15,12 +15,15 @@
 ``volume force-detach`` and ``attachment show``; each gets a
 :class:`~.api_client.Client`.  Their work is in :func:`force_detach` and
 :func:`show_attachment`, which the OpenStackClient plugin
-(:mod:`cinder_forcedetach.osc`) calls too.
+(:mod:`cinder_forcedetach.osc`) calls too, as it calls :func:`audit`.
 """
 
+import functools
 import json
 import sys
 
+from cinder_forcedetach.audit import cases
+from cinder_forcedetach.audit import from_api
 from cinder_forcedetach.cmd.errors import CliError
 from cinder_forcedetach.cmd.errors import EXIT_CONFLICT
 from cinder_forcedetach.cmd.errors import EXIT_NOT_FOUND
@@ -178,3 +181,38 @@ def show_attachment(client, attachment_id, show_secrets=False):
     if not show_secrets:
         attachment = output.mask_secrets(attachment)
     return attachment
+
+
+def audit(cinder, nova=None, grace=cases.DEFAULT_GRACE, fix=False,
+          only=None, limit=cases.DEFAULT_FIX_LIMIT):
+    """The audit's Cinder and Nova cases from their APIs; repaired if *fix*.
+
+    What ``openstack volume audit`` does (Horizon's panel reads the same
+    :mod:`~cinder_forcedetach.audit.from_api`).  *nova*: a client on Nova's
+    API at :data:`~.from_api.NOVA_API_VERSION`, or None where the cloud
+    has no Nova (what an instance may hold is then refused).  A repair is
+    the force-detach of :func:`force_detach`: the volume driver tears the
+    backend down before Cinder's rows change.  Returns ``(findings,
+    skipped)`` as :func:`~cinder_forcedetach.audit.cases.classify`, each
+    finding's ``result`` set by the repair.
+    """
+    findings, skipped = cases.classify(from_api.read(cinder, nova), grace)
+    if fix:
+        cases.fix_each(findings, functools.partial(_repair, cinder),
+                       limit=limit, only=only)
+    return findings, skipped
+
+
+def _repair(client, finding):
+    """One finding's repair through Cinder's API."""
+    if finding.action == cases.DETACH:
+        force_detach(client, finding.volume_id,
+                     attachment_id=finding.attachment_id)
+    elif finding.action == cases.DETACH_ALL:
+        force_detach(client, finding.volume_id, all_hosts=True)
+    else:
+        # The API findings are all of these two; the backend's (revoke,
+        # teardown, fence) come from the volume host's audit only.
+        raise CliError(EXIT_USAGE, 'a %s repair runs on the volume host '
+                                   '(cinder-forcedetach audit --fix)' %
+                       finding.action)

@@ -36,7 +36,6 @@ or an error, 5 a source unreachable (Cinder's database, a backend, Nova).
 """
 
 from cinder_forcedetach.audit import cases
-from cinder_forcedetach.audit import repair
 from cinder_forcedetach.audit import scan
 from cinder_forcedetach.audit import sources
 from cinder_forcedetach.cmd.errors import CliError
@@ -72,9 +71,9 @@ def _positive(value):
         arg('--fix', action='store_true',
             help='repair what was found (backend teardown first, then '
                  'Cinder\'s rows)'),
-        arg('--fix-limit', type=_positive, default=repair.DEFAULT_LIMIT,
+        arg('--fix-limit', type=_positive, default=cases.DEFAULT_FIX_LIMIT,
             metavar='N', help='repair at most N findings (default %d)' %
-                              repair.DEFAULT_LIMIT),
+                              cases.DEFAULT_FIX_LIMIT),
         arg('--case', action='append', choices=list(cases.CASES),
             metavar='CASE', help='repair only this case (repeatable; one '
                                  'of %s)' % ', '.join(cases.CASES)),
@@ -149,7 +148,7 @@ def _audit(ctxt, conf, args, out):
         return EXIT_UNREACHABLE
     if not report.findings:
         return EXIT_CLEAN
-    if args.fix and all(f.result == repair.REPAIRED
+    if args.fix and all(f.result == cases.REPAIRED
                         for f in report.findings):
         return EXIT_REPAIRED
     return EXIT_FOUND

@@ -19,22 +19,17 @@ runs is the one the ``openstack`` and ``cinder-forcedetach`` commands run
 (:func:`cinder_forcedetach.cmd.api_commands.force_detach`).
 """
 
-import urllib.parse
-
 from django.conf import settings
 from horizon import exceptions as horizon_exceptions
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
 from openstack_dashboard.api import base
 
+from cinder_forcedetach.audit import from_api
 from cinder_forcedetach.cmd import api_client
 
 #: Catalog types of Cinder's v3 API, in Horizon's order.
 VOLUME_TYPES = ('block-storage', 'block-store', 'volumev3', 'volume')
-#: Nova's microversion whose server listing names each server's volumes
-#: and its vm_state (as the audit's :mod:`.sources` asks).
-NOVA_API_VERSION = '2.89'
-PAGE = 1000
 
 
 def _session(request, endpoint):
@@ -69,38 +64,11 @@ def cinder(request, service_token=False):
                              service_token=service_token)
 
 
-def _pages(client, path, key, params):
-    """Every item of a paged listing (``limit``/``marker``)."""
-    items, marker = [], None
-    while True:
-        query = dict(params, limit=PAGE, **({'marker': marker}
-                                            if marker else {}))
-        page = client.request('GET', '%s?%s' % (
-            path, urllib.parse.urlencode(sorted(query.items()))))[key]
-        items += page
-        if len(page) < PAGE:
-            return items
-        marker = page[-1]['id']
-
-
-def volumes(client):
-    """Every volume of every project (``GET /volumes/detail``)."""
-    return _pages(client, '/volumes/detail', 'volumes', {'all_tenants': 1})
-
-
-def attachments(client, volume_id=None):
-    """Attachment summaries (id, status, instance), of *volume_id* only."""
-    return _pages(client, '/attachments', 'attachments', dict(
-        {'all_tenants': 1}, **({'volume_id': volume_id} if volume_id
-                               else {})))
-
-
 def servers(request):
     """Nova's servers of every project, or None where Nova is absent."""
     endpoint = _endpoint(request, ('compute',))
     if endpoint is None:
         return None
-    client = api_client.Client(_session(request, endpoint), endpoint,
-                               api_version=NOVA_API_VERSION,
-                               service_type='compute')
-    return _pages(client, '/servers/detail', 'servers', {'all_tenants': 1})
+    return from_api.servers(api_client.Client(
+        _session(request, endpoint), endpoint,
+        api_version=from_api.NOVA_API_VERSION, service_type='compute'))

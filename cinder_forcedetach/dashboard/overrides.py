@@ -26,7 +26,7 @@ from openstack_dashboard.dashboards.admin.volumes import (
 from openstack_dashboard.dashboards.admin.volumes import (
     views as admin_views)
 
-from cinder_forcedetach.dashboard import findings
+from cinder_forcedetach.audit import from_api
 from cinder_forcedetach.dashboard.volume_attachments import (
     tables as fd_tables)
 
@@ -49,7 +49,7 @@ def add_row_action(table, action, before):
 def held(volume):
     """Whether a host may still reach *volume* (attached or in between)."""
     return bool(getattr(volume, 'attachments', None)) or (
-        getattr(volume, 'status', None) in findings.LISTED_STATUSES)
+        getattr(volume, 'status', None) in from_api.LISTED_STATUSES)
 
 
 def warn_when_held(view_class):

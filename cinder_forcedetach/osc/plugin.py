@@ -98,6 +98,25 @@ def make_client(instance):
         timeout=TIMEOUT)
 
 
+def make_compute_client(instance):
+    """A client on Nova's API for the audit, or None where there is none."""
+    from keystoneauth1 import exceptions as ks_exc
+
+    from cinder_forcedetach.audit import from_api
+
+    try:
+        endpoint = instance.get_endpoint_for_service_type(
+            'compute', region_name=instance.region_name,
+            interface=instance.interface)
+    except ks_exc.EndpointNotFound:
+        endpoint = None
+    if not endpoint:
+        return None
+    return api_client.Client(instance.session, endpoint,
+                             api_version=from_api.NOVA_API_VERSION,
+                             service_type='compute', timeout=TIMEOUT)
+
+
 def build_option_parser(parser):
     """The plugin's global options (OpenStackClient plugin interface)."""
     parser.add_argument(

@@ -22,7 +22,8 @@ os-force_detach (409: only a service may detach what Nova may still use);
 the admin's own token sent as a service token is refused too (no
 ``service`` role); the service user's token (what Nova sends) passes, and
 our teardown revokes exactly the host that leaves.  The same again through
-``openstack volume force detach`` (the OpenStackClient plugin).
+``openstack volume force detach`` (the OpenStackClient plugin), and a
+reset-state found and repaired by ``openstack volume audit --fix``.
 """
 
 import json
@@ -202,6 +203,42 @@ class KeystoneBoxTestCase(testtools.TestCase):
                          (result['volume_id'], result['attachments']))
         self.wait_status(openrc, cinder, vol, 'available')
         self.assertFalse(self.exported(vol))
+        self.check_openstack_audit(openrc, cinder, vol)
+
+    def check_openstack_audit(self, openrc, cinder, vol):
+        """``openstack volume audit``: a reset-state found and repaired.
+
+        Host k1 attaches; the admin resets the volume to ``detaching``
+        (what an operator "fixing" a stuck detach does), which leaves k1's
+        ACL on the target.  The audit (no Nova in this box's catalog: an
+        instance's attachment would be refused) leaves the volume alone
+        within its grace period, finds it stuck with ``--grace 0``, and
+        ``--fix`` force-detaches it: the target is gone, the volume
+        available, and a second audit finds nothing.
+        """
+        audit = '. %s && %s volume audit -f json ' % (
+            openrc, os.path.join(os.path.dirname(cinder), 'openstack'))
+        self.attach(openrc, cinder, vol, 'k1')
+        self.wait_status(openrc, cinder, vol, 'in-use')
+        reset = self.shell('. %s && %s reset-state --state detaching %s' % (
+            openrc, cinder, vol))
+        self.assertEqual(0, reset.returncode, reset.stderr)
+        self.wait_status(openrc, cinder, vol, 'detaching')
+
+        def found(options):
+            res = self.shell(audit + options)
+            self.assertEqual(0, res.returncode, res.stderr)
+            return [(r['case'], r['result']) for r in json.loads(res.stdout)
+                    if r['volume'] == vol]
+        self.assertEqual([], found(''))
+        self.assertEqual([('stuck_transition', 'found')],
+                         found('--grace 0'))
+        self.assertEqual({IQN + 'k1'}, self.acls(vol))
+        self.assertEqual([('stuck_transition', 'repaired')],
+                         found('--grace 0 --fix'))
+        self.wait_status(openrc, cinder, vol, 'available')
+        self.assertFalse(self.exported(vol))
+        self.assertEqual([], found('--grace 0 --fix'))
 
     def attach(self, openrc, cinder, vol, host):
         """An attachment of *vol* by *host* (a real initiator name)."""

@@ -118,8 +118,8 @@ class PackageShapeTestCase(testtools.TestCase):
                    for line in entry_points[group].splitlines()
                    if '=' in line]
         # The CLI, the options, the OpenStackClient plugin module and its
-        # two commands.
-        self.assertEqual(5, len(targets))
+        # three commands.
+        self.assertEqual(6, len(targets))
         for target in targets:
             module, _sep, attribute = target.partition(':')
             self.assertEqual('cinder_forcedetach',

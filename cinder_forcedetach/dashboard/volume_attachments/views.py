@@ -24,9 +24,9 @@ from horizon import tables
 from horizon.utils import memoized
 
 from cinder_forcedetach.audit import cases
+from cinder_forcedetach.audit import from_api
 from cinder_forcedetach.cmd.errors import CliError
 from cinder_forcedetach.dashboard import api as fd_api
-from cinder_forcedetach.dashboard import findings
 from cinder_forcedetach.dashboard.volume_attachments import (
     forms as fd_forms)
 from cinder_forcedetach.dashboard.volume_attachments import (
@@ -65,8 +65,8 @@ class Row(object):
 def rows(request):
     """The listed volumes, as :class:`Row`, from Cinder's and Nova's APIs."""
     client = fd_api.cinder(request)
-    volumes = fd_api.volumes(client)
-    attachments = fd_api.attachments(client)
+    volumes = from_api.volumes(client)
+    attachments = from_api.attachments(client)
     try:
         servers = fd_api.servers(request)
     except CliError as err:
@@ -74,16 +74,16 @@ def rows(request):
                                     'instance may hold is not judged.') %
                          err.message)
         servers = None
-    snap = findings.snapshot(volumes, attachments, servers)
+    snap = from_api.snapshot(volumes, attachments, servers)
     # Horizon's setting FORCEDETACH_AUDIT_GRACE: seconds a volume must be
     # left alone before its state counts (the audit's --grace).
-    found, in_flux = findings.by_volume(snap, getattr(
+    found, in_flux = from_api.by_volume(snap, getattr(
         settings, 'FORCEDETACH_AUDIT_GRACE', cases.DEFAULT_GRACE))
     result = []
     for volume in volumes:
         live = snap.attachments.get(volume['id'], [])
         row_findings = found.get(volume['id'], [])
-        if findings.listed(snap.volumes[volume['id']], live, row_findings):
+        if from_api.listed(snap.volumes[volume['id']], live, row_findings):
             result.append(Row(volume, live, row_findings,
                               volume['id'] in in_flux))
     return result
@@ -122,8 +122,8 @@ class ForceDetachView(forms.ModalFormView):
             hosts = {a.get('attachment_id') or a.get('id'): a.get(
                 'host_name') for a in volume.get('attachments') or []}
             live = []
-            for summary in fd_api.attachments(client, volume['id']):
-                if summary.get('status') in findings.ENDED:
+            for summary in from_api.attachments(client, volume['id']):
+                if summary.get('status') in from_api.ENDED:
                     continue
                 attachment = client.get_attachment(summary['id'])
                 live.append({
@@ -131,7 +131,7 @@ class ForceDetachView(forms.ModalFormView):
                     'label': _label(summary['id'], summary.get('status'),
                                     hosts.get(summary['id']),
                                     summary.get('instance')),
-                    'export': findings.export_of(
+                    'export': from_api.export_of(
                         attachment.get('connection_info'))})
         except CliError as err:
             exceptions.handle(self.request, _('Unable to read volume %(vol)s:'

@@ -39,6 +39,7 @@ COMMANDS = {
         'cinder_forcedetach.osc.v1.volume:ForceDetachVolume',
     'volume_attachment_connection_show':
         'cinder_forcedetach.osc.v1.volume:ShowVolumeAttachmentConnection',
+    'volume_audit': 'cinder_forcedetach.osc.v1.volume:AuditVolumes',
 }
 # What an ``openstack`` process sees: run from another directory, so that
 # a stale egg-info in the repository cannot hide the installed metadata.
@@ -131,6 +132,16 @@ class PluginModuleTestCase(testtools.TestCase):
             self.assertEqual(wanted,
                              plugin.make_client(instance).service_token,
                              value)
+
+    def test_make_compute_client(self):
+        instance = FakeInstance({'compute': 'http://nova:8774/v2.1/'})
+        client = plugin.make_compute_client(instance)
+        self.assertIs(instance.session, client.session)
+        self.assertEqual(('http://nova:8774/v2.1', 'compute', '2.89'),
+                         (client.endpoint, client.service_type,
+                          client.api_version))
+        # A cloud without Nova: the audit runs without it.
+        self.assertIsNone(plugin.make_compute_client(FakeInstance({})))
 
     def test_make_client_without_an_endpoint(self):
         err = self.assertRaises(exceptions.CommandError, plugin.make_client,

@@ -10,8 +10,9 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""``openstack volume force detach`` and ``openstack volume attachment
-connection show``: their parsers, what they send, what they print.
+"""``openstack volume force detach``, ``openstack volume attachment
+connection show`` and ``openstack volume audit``: their parsers, what they
+send, what they print.
 
 Run as cliff runs them (parser, ``run``, formatter) with the plugin's
 client on a fake Cinder API.
@@ -180,3 +181,90 @@ class ShowVolumeAttachmentConnectionTestCase(CommandTestCase):
         err = self.assertRaises(exceptions.CommandError, self.run_command,
                                 [ATT])
         self.assertIn('HTTP 404', str(err))
+
+
+STUCK, LOST, HELD = (VOL, '22222222-2222-3333-4444-555555555555',
+                     '33333333-2222-3333-4444-555555555555')
+OLD = '2026-11-27T10:00:00.000000'
+
+
+class AuditVolumesTestCase(CommandTestCase):
+    """Three volumes the API shows, with Nova not read.
+
+    Stuck in detaching with a host's attachment; in-use with none; an
+    instance's attachment stuck in attaching.
+    """
+
+    command_class = volume.AuditVolumes
+    prog = 'openstack volume audit'
+
+    def setUp(self):
+        super(AuditVolumesTestCase, self).setUp()
+
+        def vol(vid, status, attachments=()):
+            return {'id': vid, 'name': None, 'status': status,
+                    'updated_at': OLD,
+                    'os-vol-host-attr:host': 'node1@tgt#tgt',
+                    'attachments': [{'attachment_id': a, 'host_name': 'h1'}
+                                    for a in attachments]}
+        self.answer('GET', '/volumes/detail?all_tenants=1&limit=1000', 200,
+                    {'volumes': [vol(STUCK, 'detaching', [ATT]),
+                                 vol(LOST, 'in-use'),
+                                 vol(HELD, 'attaching', ['a-held'])]})
+        self.answer('GET', '/attachments?all_tenants=1&limit=1000', 200,
+                    {'attachments': [
+                        {'id': ATT, 'volume_id': STUCK, 'status': 'attached',
+                         'instance': None},
+                        {'id': 'a-held', 'volume_id': HELD,
+                         'status': 'attaching', 'instance': 'i1'}]})
+        for vid, attached in ((STUCK, [ATT]), (LOST, [])):
+            self.answer('GET', '/volumes/%s' % vid, 200, {'volume': {
+                'id': vid, 'status': 'in-use', 'attachments': [
+                    {'attachment_id': a} for a in attached]}})
+
+    def rows(self, argv):
+        code, out = self.run_command(argv + ['--no-nova', '-f', 'json'])
+        return code, {r['volume']: (r['case'], r['result'])
+                      for r in json.loads(out)}
+
+    def test_parser(self):
+        options = self.options()
+        for dest in ('fix', 'case', 'fix_limit', 'grace', 'no_nova'):
+            self.assertEqual(['--' + dest.replace('_', '-')], options[dest])
+
+    def test_found_and_nothing_sent(self):
+        code, rows = self.rows([])
+        self.assertEqual(0, code)
+        self.assertEqual({STUCK: ('stuck_transition', 'found'),
+                          LOST: ('in_use_without_attachment', 'found'),
+                          HELD: ('stuck_transition', 'found')}, rows)
+        self.assertEqual([], self.posts())
+        # Changed within the grace period: not judged.
+        code, rows = self.rows(['--grace', '1e10'])
+        self.assertEqual({}, rows)
+
+    def test_fix_repairs_by_force_detach_and_refuses_an_instance(self):
+        self.answer('POST', '/volumes/%s/action' % STUCK, 202)
+        self.answer('POST', '/volumes/%s/action' % LOST, 500,
+                    {'computeFault': {'message': 'tgtd down'}})
+        code, rows = self.rows(['--fix'])
+        # A failed repair: the table, then exit status 1.
+        self.assertEqual(1, code)
+        self.assertEqual('repaired', rows[STUCK][1])
+        self.assertIn('tgtd down', rows[LOST][1])
+        self.assertIn('refused: Nova was not consulted', rows[HELD][1])
+        self.assertEqual(
+            {self.base + '/volumes/%s/action' % STUCK: {
+                'os-force_detach': {}},
+             self.base + '/volumes/%s/action' % LOST: {
+                'os-force_detach': {}}},
+            {path: body for _m, path, _h, body in self.posts()})
+
+    def test_fix_only_a_case_within_a_limit(self):
+        self.answer('POST', '/volumes/%s/action' % STUCK, 202)
+        code, rows = self.rows(['--fix', '--case', 'stuck_transition',
+                                '--fix-limit', '0'])
+        self.assertEqual(0, code)
+        self.assertEqual('not selected', rows[LOST][1])
+        self.assertEqual('over the fix limit (0)', rows[STUCK][1])
+        self.assertEqual([], self.posts())

@@ -11,14 +11,14 @@
 #    under the License.
 
 
-"""The Horizon panel's findings, from Cinder's and Nova's API answers."""
+"""The audit from Cinder's and Nova's API answers (Horizon, openstack)."""
 
 import datetime
 
 import testtools
 
 from cinder_forcedetach.audit import cases
-from cinder_forcedetach.dashboard import findings
+from cinder_forcedetach.audit import from_api
 
 NOW = datetime.datetime(2026, 11, 27, 12, 0, 0)
 OLD = '2026-11-27T10:00:00.000000'
@@ -45,8 +45,8 @@ def server(sid, vids, state='active'):
 class FindingsTestCase(testtools.TestCase):
 
     def found(self, volumes, attachments, servers=None, grace=60):
-        snap = findings.snapshot(volumes, attachments, servers, now=NOW)
-        found, in_flux = findings.by_volume(snap, grace)
+        snap = from_api.snapshot(volumes, attachments, servers, now=NOW)
+        found, in_flux = from_api.by_volume(snap, grace)
         return {vid: [f.case for f in fs] for vid, fs in found.items()}, \
             in_flux
 
@@ -68,11 +68,11 @@ class FindingsTestCase(testtools.TestCase):
         self.assertEqual(set(), in_flux)
 
     def test_without_nova_what_an_instance_holds_is_refused(self):
-        snap = findings.snapshot(
+        snap = from_api.snapshot(
             [volume('stuck', 'attaching')],
             [attachment('a1', 'stuck', 'attaching', instance='i1')],
             None, now=NOW)
-        [finding] = findings.by_volume(snap)[0]['stuck']
+        [finding] = from_api.by_volume(snap)[0]['stuck']
         self.assertEqual('stuck_transition', finding.case)
         self.assertIn('Nova was not consulted', finding.refused)
 
@@ -84,7 +84,7 @@ class FindingsTestCase(testtools.TestCase):
         self.assertEqual({'new'}, in_flux)
 
     def test_the_host_of_an_attachment_is_the_volumes_host_name(self):
-        snap = findings.snapshot(
+        snap = from_api.snapshot(
             [volume('v1', attachments=[('a1', 'compute7')])],
             [attachment('a1', 'v1')], [], now=NOW)
         [att] = snap.attachments['v1']
@@ -93,32 +93,32 @@ class FindingsTestCase(testtools.TestCase):
         self.assertEqual('node1@tgt', snap.volumes['v1'].backend)
 
     def test_listed(self):
-        snap = findings.snapshot(
+        snap = from_api.snapshot(
             [volume('idle', 'available'), volume('used', 'in-use'),
              volume('held', 'available')],
             [attachment('a1', 'held', 'attaching')], [], now=NOW)
         listed = {vid for vid, vol in snap.volumes.items()
-                  if findings.listed(vol, snap.attachments.get(vid), [])}
+                  if from_api.listed(vol, snap.attachments.get(vid), [])}
         self.assertEqual({'used', 'held'}, listed)
 
     def test_the_export_is_named_without_credentials(self):
-        text = findings.export_of({
+        text = from_api.export_of({
             'driver_volume_type': 'iscsi', 'target_iqn': 'iqn.x:volume-1',
             'target_portal': '127.0.0.1:3260', 'target_lun': 1,
             'auth_method': 'CHAP', 'auth_username': 'user',
             'auth_password': 'hunter22'})
         self.assertEqual('iscsi target_iqn=iqn.x:volume-1 '
                          'target_portal=127.0.0.1:3260 target_lun=1', text)
-        self.assertEqual('rbd name=volumes/volume-1', findings.export_of({
+        self.assertEqual('rbd name=volumes/volume-1', from_api.export_of({
             'driver_volume_type': 'rbd', 'data': {
                 'name': 'volumes/volume-1', 'keyring': 'AQ...',
                 'secret_uuid': 's'}}))
-        self.assertEqual('', findings.export_of(None))
+        self.assertEqual('', from_api.export_of(None))
 
     def test_api_timestamps(self):
-        self.assertEqual(NOW, findings.parse_time('2026-11-27T12:00:00'))
-        self.assertEqual(NOW, findings.parse_time('2026-11-27T12:00:00Z'))
-        self.assertEqual(NOW, findings.parse_time(
+        self.assertEqual(NOW, from_api.parse_time('2026-11-27T12:00:00'))
+        self.assertEqual(NOW, from_api.parse_time('2026-11-27T12:00:00Z'))
+        self.assertEqual(NOW, from_api.parse_time(
             '2026-11-27T12:00:00.000000+00:00'))
-        self.assertIsNone(findings.parse_time(None))
-        self.assertIsNone(findings.parse_time('yesterday'))
+        self.assertIsNone(from_api.parse_time(None))
+        self.assertIsNone(from_api.parse_time('yesterday'))

@@ -13,16 +13,18 @@
 
 """What the audit finds from Cinder's and Nova's APIs alone.
 
-The panel runs the audit's own classification
-(:func:`cinder_forcedetach.audit.cases.classify`) on what an admin's
-token reads: volumes and attachments from Cinder's API, servers from
-Nova's.  The backend is not read from here (that is the volume host's
-``cinder-forcedetach audit``): a leaked export, or an attachment the
-backend does not export, is not found here; the Cinder and Nova cases
-are.  Nothing here imports Horizon or Cinder.
+Horizon's panel and ``openstack volume audit`` run the audit's own
+classification (:func:`cinder_forcedetach.audit.cases.classify`) on what an
+admin's token reads: volumes and attachments from Cinder's API, servers
+from Nova's.  The backend is not read from here (that is the volume
+host's ``cinder-forcedetach audit``): a leaked export, or an attachment
+the backend does not export, is not found here; the Cinder and Nova cases
+are.  Nothing here imports Horizon or Cinder: a client is anything with
+:meth:`~cinder_forcedetach.cmd.api_client.Client.request`.
 """
 
 import datetime
+import urllib.parse
 
 from cinder_forcedetach.audit import cases
 from cinder_forcedetach.audit import records
@@ -33,10 +35,56 @@ ENDED = ('detached', 'deleted')
 #: Volume statuses the panel lists even without a finding.
 LISTED_STATUSES = cases.TRANSITIONS + ('in-use', 'error_attaching',
                                        'error_detaching', 'maintenance')
+#: Nova's microversion whose server listing names each server's volumes
+#: and its vm_state (as the audit's :mod:`.sources` asks).
+NOVA_API_VERSION = '2.89'
+#: Items asked per request of a paged listing.
+PAGE = 1000
 #: Keys of an attachment's connection_info ``data`` that name the export
 #: (never a credential: ``auth_*``, ``keyring``, ``secret_*`` are left out).
 EXPORT_KEYS = ('target_iqn', 'target_portal', 'target_lun', 'target_wwn',
                'name', 'hosts')
+
+
+def _pages(client, path, key, params):
+    """Every item of a paged listing (``limit``/``marker``)."""
+    items, marker = [], None
+    while True:
+        query = dict(params, limit=PAGE, **({'marker': marker}
+                                            if marker else {}))
+        page = client.request('GET', '%s?%s' % (
+            path, urllib.parse.urlencode(sorted(query.items()))))[key]
+        items += page
+        if len(page) < PAGE:
+            return items
+        marker = page[-1]['id']
+
+
+def volumes(cinder):
+    """Every volume of every project (``GET /volumes/detail``)."""
+    return _pages(cinder, '/volumes/detail', 'volumes', {'all_tenants': 1})
+
+
+def attachments(cinder, volume_id=None):
+    """Attachment summaries (id, status, instance), of *volume_id* only."""
+    return _pages(cinder, '/attachments', 'attachments', dict(
+        {'all_tenants': 1}, **({'volume_id': volume_id} if volume_id
+                               else {})))
+
+
+def servers(nova):
+    """Nova's servers of every project (at :data:`NOVA_API_VERSION`)."""
+    return _pages(nova, '/servers/detail', 'servers', {'all_tenants': 1})
+
+
+def read(cinder, nova=None, now=None):
+    """A :class:`~cinder_forcedetach.audit.cases.Snapshot` of both APIs.
+
+    *nova* None: Nova is not consulted (the audit then refuses what an
+    instance may hold).
+    """
+    return snapshot(volumes(cinder), attachments(cinder),
+                    servers(nova) if nova is not None else None, now=now)
 
 
 def parse_time(text):
