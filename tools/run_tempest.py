@@ -42,10 +42,16 @@ run's backend and, with the default regex, no listed skip that a run it
 names did not produce.  The box is stopped at the end unless ``--keep``
 (or ``--state-dir`` was given).
 
+The workers are balanced by each test's time in an earlier run
+(``tools/tempest-times/BACKEND.txt``, loaded into the workspace's stestr
+repository before the run, as a previous run's would be): without it
+stestr deals classes round robin, and one worker ran 2 to 3 minutes longer
+than the other.  ``--record-times`` writes the run's times there.
+
 Usage (from the repository root)::
 
     .venv/bin/python tools/run_tempest.py [--regex '^tempest\\.api\\.volume']
-        [--concurrency 2] [--state-dir DIR] [--keep]
+        [--concurrency 2] [--state-dir DIR] [--keep] [--record-times]
 """
 
 import argparse
@@ -74,6 +80,7 @@ from tests.support import id_lists  # noqa: E402
 STACK_SH = os.path.join(REPO, 'tools', 'stack.sh')
 EXCLUDE = os.path.join(REPO, 'tools', 'tempest-exclude.txt')
 SKIPS = os.path.join(REPO, 'tools', 'tempest-skips.txt')
+TIMES = os.path.join(REPO, 'tools', 'tempest-times')
 # One run's report at a time (the backends' runs go side by side).
 _PRINT_LOCK = threading.Lock()
 # What went wrong outside the tests (a box that did not come up): printed
@@ -88,6 +95,9 @@ SKIP_RUNS = {'tgt': frozenset(['tgt']), 'rbd': frozenset(['rbd']),
 FAILED_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?))'
                          r'(?:\[\S*\])?(?: \[[\d.]+s\])? \.\.\. FAILED',
                          re.MULTILINE)
+# A passed test's line in tempest's output (subunit-trace drops the tags).
+PASSED_LINE = re.compile(
+    r'^\{\d+\} (\S+?)(?:\[\S*\])? \[([\d.]+)s\] \.\.\. ok$', re.MULTILINE)
 DEFAULT_BACKENDS = 'tgt,rbd'
 # The tgt box has two tgt backends: multi-backend and retype with
 # migration (a file copy between the two stores) run there.
@@ -339,6 +349,66 @@ def bring_up(env, backend, report):
     return False
 
 
+def untagged(test_id):
+    """A tempest test id without its ``[id-...,smoke]`` tags."""
+    return test_id.split('[', 1)[0]
+
+
+def test_times(output):
+    """``{untagged id: seconds}`` of the tests *output* shows passing."""
+    return {test_id: float(secs)
+            for test_id, secs in PASSED_LINE.findall(output)}
+
+
+def times_path(backend):
+    return os.path.join(TIMES, '%s.txt' % backend)
+
+
+def read_times(backend):
+    """``{untagged id: seconds}`` recorded for *backend*'s run, or {}."""
+    try:
+        with open(times_path(backend)) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    return {test_id: float(secs) for secs, test_id in
+            (line.split() for line in lines if line.strip())}
+
+
+def write_times(backend, times):
+    os.makedirs(TIMES, exist_ok=True)
+    with open(times_path(backend), 'w') as f:
+        f.writelines('%.3f %s\n' % (times[t], t) for t in sorted(times))
+
+
+def seed_times(workspace, listed, times, env, venv_bin):
+    """Load *times* of the *listed* ids into the workspace's repository.
+
+    A subunit stream of one passed run, as stestr stores a run it ran:
+    its scheduler then balances the workers by these times (tests it has
+    no time for are dealt round robin).  Returns how many were loaded,
+    or None if stestr refused the stream.
+    """
+    import datetime
+
+    from subunit import v2
+
+    known = [(t, times[untagged(t)]) for t in listed if untagged(t) in times]
+    path = os.path.join(workspace, 'recorded-times.subunit')
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    with open(path, 'wb') as f:
+        stream = v2.StreamResultToBytes(f)
+        for test_id, secs in known:
+            stream.status(test_id=test_id, test_status='inprogress',
+                          timestamp=start)
+            stream.status(test_id=test_id, test_status='success',
+                          timestamp=start + datetime.timedelta(seconds=secs))
+    loaded = subprocess.run(
+        [os.path.join(venv_bin, 'stestr'), 'load', '--force-init', path],
+        cwd=workspace, env=env, capture_output=True, text=True)
+    return None if loaded.returncode else len(known)
+
+
 def run_one(args, backend, state_dir=None):
     """One box on *backend* (or the running box in *state_dir*), one run.
 
@@ -368,6 +438,17 @@ def run_one(args, backend, state_dir=None):
         conf = write_conf(state, workspace, upload_image(box),
                           upload_image(box))
         run_env = dict(env, PATH=venv_bin + ':' + env['PATH'])
+        listed = None
+        times = read_times(backend)
+        if times:
+            listed = list_tests(workspace, conf, args.regex, run_env,
+                                venv_bin)
+            seeded = seed_times(workspace, listed or [], times, run_env,
+                                venv_bin)
+            report.append('tempest[%s]: workers balanced by the times of '
+                          '%s of %d tests (%s)' % (
+                              backend, seeded, len(listed or []),
+                              os.path.relpath(times_path(backend), REPO)))
         started = time.monotonic()
         run = subprocess.run(
             [os.path.join(venv_bin, 'tempest'), 'run', '--config-file', conf,
@@ -381,11 +462,13 @@ def run_one(args, backend, state_dir=None):
             report.append('tempest[%s]: FAILED %s' % (backend, test_id))
         skipped_tests, skipped_classes = skip_events(run.stdout)
         class_counts = {}
+        if args.record_times and run.returncode == 0:
+            write_times(backend, test_times(run.stdout))
         if skipped_classes:
             # Tempest reports a class skipped in its setUpClass once, and
             # none of its tests: count them from the run's own selection.
-            listed = list_tests(workspace, conf, args.regex, run_env,
-                                venv_bin)
+            listed = listed or list_tests(workspace, conf, args.regex,
+                                          run_env, venv_bin)
             if listed is None:
                 report.append('tempest[%s]: tempest run --list-tests '
                               'failed: each class skip counted as 1'
@@ -433,6 +516,9 @@ def main(argv=None):
     parser.add_argument('--state-dir', help='a running --nova box (its '
                         'backends; --backends is then ignored)')
     parser.add_argument('--keep', action='store_true')
+    parser.add_argument('--record-times', action='store_true',
+                        help='write each passing run\'s test times to '
+                             'tools/tempest-times/BACKEND.txt')
     args = parser.parse_args(argv)
     skips = listed_skips()  # a malformed list fails before any box
     started = time.monotonic()

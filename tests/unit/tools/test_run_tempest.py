@@ -319,3 +319,58 @@ class BringUpTest(testtools.TestCase):
         self.assertEqual(2, len(run_tempest.PROBLEMS))
         self.assertIn('(try 2 of 2): nova-compute did not report (try 2)',
                       run_tempest.PROBLEMS[1])
+
+
+class RecordedTimesTestCase(testtools.TestCase):
+    """Each test's time recorded from a run balances the next run."""
+
+    OUTPUT = ('{0} a.B.test_x [1.500000s] ... ok\n'
+              '{1} c.D.test_z [2.250000s] ... ok\n'
+              '{1} c.D.test_w [0.100000s] ... FAILED\n'
+              '{0} a.B.test_s ... SKIPPED: no backup\n'
+              '{0} setUpClass (x.Y) ... SKIPPED: no backup\n')
+
+    def setUp(self):
+        super(RecordedTimesTestCase, self).setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        patch = mock.patch.object(run_tempest, 'TIMES',
+                                  os.path.join(self.dir, 'times'))
+        patch.start()
+        self.addCleanup(patch.stop)
+
+    def test_passed_tests_only(self):
+        self.assertEqual({'a.B.test_x': 1.5, 'c.D.test_z': 2.25},
+                         run_tempest.test_times(self.OUTPUT))
+
+    def test_written_and_read_back(self):
+        self.assertEqual({}, run_tempest.read_times('tgt'))
+        run_tempest.write_times('tgt', run_tempest.test_times(self.OUTPUT))
+        self.assertEqual({'a.B.test_x': 1.5, 'c.D.test_z': 2.25},
+                         run_tempest.read_times('tgt'))
+        self.assertEqual({}, run_tempest.read_times('rbd'))
+
+    def test_seeded_times_balance_stestr_workers(self):
+        """stestr's own scheduler, on the repository the seed made."""
+        import re
+
+        from stestr.repository import util
+        from stestr import scheduler
+
+        workspace = os.path.join(self.dir, 'ws')
+        os.mkdir(workspace)
+        listed = ['a.B.test_x[id-1,smoke]', 'a.B.test_y[id-2]',
+                  'c.D.test_z[id-3]', 'e.F.test_new[id-4]']
+        times = {'a.B.test_x': 10.0, 'a.B.test_y': 5.5, 'c.D.test_z': 12.0,
+                 'gone.G.test_old': 3.0}
+        venv_bin = os.path.join(REPO, '.venv', 'bin')
+        self.assertEqual(3, run_tempest.seed_times(
+            workspace, listed, times, dict(os.environ), venv_bin))
+        repo = util.get_repo_open(repo_url=workspace)
+        self.assertEqual({'a.B.test_x[id-1,smoke]': 10.0,
+                          'a.B.test_y[id-2]': 5.5, 'c.D.test_z[id-3]': 12.0},
+                         repo.get_test_times(listed)['known'])
+        by_class = re.compile(r'([^\.]*\.)*')
+        workers = scheduler.partition_tests(
+            listed, 2, repo, lambda t: by_class.match(t).group(0))
+        # Class a.B (15.5 s) against c.D (12 s); the untimed class dealt.
+        self.assertIn(['c.D.test_z[id-3]'], workers)
