@@ -44,9 +44,12 @@ Prints a row per volume: volume, backend, attachments of HOST, result
 (``fenced``, ``failed``, or ``planned`` with ``--dry-run``), the client
 addresses fenced, the error.  Run again, it finds nothing left and
 succeeds.  Exit codes: 0 every volume done (or nothing attached to
-HOST), 1 usage error (a HOST that is no host name or IP address, an
-option the driver cannot do), 2 backend not found, 4 some volume failed
-(its rows in Cinder unchanged; run again once the backend is reachable).
+HOST), 1 usage error (a HOST that is no host name or IP address), 2
+backend not found, 4 some volume failed (its rows in Cinder unchanged; run
+again once the backend is reachable).  A backend that fails as a whole (its
+driver cannot be built or cannot fence, ``--ip-wide`` on a driver other
+than RBD's) fails its own rows, with the error; the other backends are
+still fenced.
 """
 
 import collections
@@ -149,13 +152,16 @@ def _connector_key(connector):
 
 
 def _fence_backend(ctxt, args, group, backend_host, cluster):
+    """The rows of one backend; a backend that fails fails its rows only.
+
+    A driver that cannot be built or cannot fence, or a fence that fails
+    as a whole (``--ip-wide`` on a driver without it, the backend
+    unreachable), makes its volumes' rows ``failed`` with the error; the
+    other backends are still fenced.
+    """
     held = held_by(ctxt, args.host, backend_host, cluster)
     if not held:
         return []
-    driver = local.command_driver(ctxt, group, backend_host, cluster)
-    if not hasattr(driver, 'fence_host'):
-        raise CliError(EXIT_USAGE, 'the driver of backend %s (%s) cannot '
-                       'fence a host' % (group, type(driver).__name__))
     # One fence per connector the host's attachments carry (one, unless
     # the host changed its address or initiator between attachments).
     groups = collections.defaultdict(list)
@@ -164,16 +170,28 @@ def _fence_backend(ctxt, args, group, backend_host, cluster):
                                           a.id))
         groups[_connector_key(newest.connector)].append(
             (volume, newest.connector))
+    try:
+        driver = local.command_driver(ctxt, group, backend_host, cluster)
+        if not hasattr(driver, 'fence_host'):
+            raise CliError(EXIT_USAGE, 'the driver of backend %s (%s) '
+                           'cannot fence a host' % (
+                               group, type(driver).__name__))
+    except Exception as err:
+        driver, driver_error = None, err
     rows = []
     for members in groups.values():
         volumes = [volume for volume, _c in members]
         connector = members[0][1]
-        if args.dry_run:
-            done, failed = {v.id: [] for v in volumes}, {}
-        else:
-            report = driver.fence_host(ctxt, connector, volumes,
-                                       ip_wide=args.ip_wide)
-            done, failed = report.done, report.failed
+        done, failed = {v.id: [] for v in volumes}, {}
+        if driver is None:
+            failed = dict.fromkeys(done, driver_error)
+        elif not args.dry_run:
+            try:
+                report = driver.fence_host(ctxt, connector, volumes,
+                                           ip_wide=args.ip_wide)
+                done, failed = report.done, report.failed
+            except Exception as err:
+                failed = dict.fromkeys(done, err)
         for volume in volumes:
             error = failed.get(volume.id)
             rows.append({
@@ -183,5 +201,6 @@ def _fence_backend(ctxt, args, group, backend_host, cluster):
                            PLANNED if args.dry_run else FENCED),
                 'fenced': sorted(done.get(volume.id) or []),
                 'error': '' if error is None else strutils.mask_password(
-                    '%s: %s' % (type(error).__name__, error))})
+                    '%s: %s' % (type(error).__name__, getattr(
+                        error, 'message', error)))})
     return rows

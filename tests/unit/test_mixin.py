@@ -206,3 +206,43 @@ class TerminateConnectionReasonTestCase(testtools.TestCase):
         self.assertEqual('operator', self.run.call_args[1]['reason'])
         self.driver.force_detach('ctx', volume(), reason='audit')
         self.assertEqual('audit', self.run.call_args[1]['reason'])
+
+
+class FenceHostTestCase(testtools.TestCase):
+    """The generic host fence: the flow per volume; no address-wide cut."""
+
+    CONNECTOR = {'host': 'compute1', 'ip': '10.0.0.5',
+                 'initiator': 'iqn.2026-11.org.example:compute1'}
+
+    def setUp(self):
+        super(FenceHostTestCase, self).setUp()
+        self.run_host = self.useFixture(fixtures.MockPatchObject(
+            flow, 'run_host', return_value='report')).mock
+        self.driver = Driver()
+
+    def test_each_volume_through_the_flow_of_reason_host(self):
+        self.assertEqual('report', self.driver.fence_host(
+            'ctxt', self.CONNECTOR, ['v1', 'v2']))
+        args, kwargs = self.run_host.call_args
+        self.assertEqual(('ctxt', self.driver, ['v1', 'v2'],
+                          self.CONNECTOR), args[:4])
+        # Nothing fenced in one pass: each volume's own fence_clients.
+        self.assertEqual({}, args[4]([('v1', ['10.0.0.5:0/1'])]))
+        self.assertEqual(notifications.HOST, kwargs['reason'])
+        # A hostile connector is refused before any flow.
+        from cinder import exception
+        self.run_host.reset_mock()
+        self.assertRaises(exception.InvalidConnectorException,
+                          self.driver.fence_host, 'ctxt',
+                          dict(self.CONNECTOR, initiator='ALL'), ['v1'])
+        self.run_host.assert_not_called()
+
+    def test_ip_wide_refused_before_anything(self):
+        from cinder import exception
+
+        err = self.assertRaises(exception.InvalidInput,
+                                self.driver.fence_host, 'ctxt',
+                                self.CONNECTOR, ['v1'], ip_wide=True)
+        self.assertIn('Driver cannot fence a host\'s whole address',
+                      str(err))
+        self.run_host.assert_not_called()

@@ -19,6 +19,7 @@ conformance kit's R9.
 """
 
 import io
+from unittest import mock
 
 import ddt
 import fixtures
@@ -73,3 +74,50 @@ class ConnectorKeyTestCase(testtools.TestCase):
             dict(a, multipath=True, platform='x86_64')))
         self.assertNotEqual(host._connector_key(a), host._connector_key(
             dict(a, ip='10.0.0.2')))
+
+
+class FenceBackendTestCase(testtools.TestCase):
+    """A backend that fails as a whole fails its own rows, not the run."""
+
+    def setUp(self):
+        super(FenceBackendTestCase, self).setUp()
+        volume = mock.Mock(id='v1')
+        att = mock.Mock(id='a1', connector={'host': 'compute1'},
+                        attach_time=1, created_at=0)
+        self.useFixture(fixtures.MockPatchObject(
+            host, 'held_by', return_value={'v1': (volume, [att])}))
+        self.build = self.useFixture(fixtures.MockPatchObject(
+            host.local, 'command_driver')).mock
+        self.args = mock.Mock(host='compute1', dry_run=False, ip_wide=True)
+
+    def rows(self):
+        return host._fence_backend('ctxt', self.args, 'rbd-1', 'h@rbd-1',
+                                   None)
+
+    def test_driver_cannot_be_built(self):
+        self.build.side_effect = RuntimeError('no keyring at /etc/x')
+        [row] = self.rows()
+        self.assertEqual((host.FAILED, 'RuntimeError: no keyring at /etc/x'),
+                         (row['result'], row['error']))
+
+    def test_driver_cannot_fence(self):
+        self.build.return_value = object()
+        [row] = self.rows()
+        self.assertEqual(host.FAILED, row['result'])
+        self.assertIn('cannot fence a host', row['error'])
+
+    def test_fence_refused_as_a_whole(self):
+        self.build.return_value.fence_host.side_effect = ValueError(
+            'cannot fence a host\'s whole address (ip_wide)')
+        [row] = self.rows()
+        self.assertEqual(host.FAILED, row['result'])
+        self.assertIn('ip_wide', row['error'])
+        self.assertEqual([], row['fenced'])
+
+    def test_fenced(self):
+        self.build.return_value.fence_host.return_value = mock.Mock(
+            done={'v1': ['10.0.0.5:0/7']}, failed={})
+        [row] = self.rows()
+        self.assertEqual((host.FENCED, ['10.0.0.5:0/7'], ['a1'], ''),
+                         (row['result'], row['fenced'], row['attachments'],
+                          row['error']))
