@@ -42,6 +42,7 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import tempfile
 import time
 import types
 import uuid
@@ -68,8 +69,50 @@ def _bindable(addr, port):
     return True
 
 
+#: Where boxes reserve their ports (one file per port, naming its box).
+PORT_RESERVATIONS = os.path.join(tempfile.gettempdir(),
+                                 'cinder-forcedetach-ports')
+#: A reservation whose box still exists lapses after this long anyway.
+RESERVATION_SECONDS = 6 * 3600
+
+
+def _reserve(port, owner):
+    """Reserve *port* for the box whose state directory is *owner*.
+
+    Two boxes that pick their ports at the same time (tempest's two runs,
+    the functional workers) would otherwise both find a port free before
+    either binds it; the second box's service then fails to bind while
+    its readiness probe is answered by the first box's (seen: a tempest
+    box whose admin token met the other box's Keystone, HTTP 401).  A
+    reservation lapses when its box's directory is gone (the box purged,
+    the test cleaned up) or after :data:`RESERVATION_SECONDS`.
+    """
+    os.makedirs(PORT_RESERVATIONS, exist_ok=True)
+    path = os.path.join(PORT_RESERVATIONS, str(port))
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    holder = f.read()
+                age = time.time() - os.stat(path).st_mtime
+            except FileNotFoundError:
+                continue
+            if holder and os.path.exists(holder) and (
+                    age < RESERVATION_SECONDS):
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            continue
+        with os.fdopen(fd, 'w') as f:
+            f.write(owner)
+        return True
+    return False
+
+
 def free_tcp_ports(count, addrs=('127.0.0.1',), span=1,
-                   below_ephemeral=False):
+                   below_ephemeral=False, owner=None):
     """*count* distinct TCP ports P, each with P..P+span-1 free on *addrs*.
 
     The kernel picks P (a port of its ephemeral range, free on the first
@@ -77,7 +120,8 @@ def free_tcp_ports(count, addrs=('127.0.0.1',), span=1,
     rest of the span are checked.  With *below_ephemeral* P is an even
     port in 20000-31998 instead: no outgoing connection of another test
     (Ceph clients, initiators) can take it between this choice and the
-    daemon binding it.
+    daemon binding it.  *owner*: a box's state directory, for which each
+    P is reserved (:func:`_reserve`) against other boxes picking it.
     """
     ports = []
     for _ in range(200 * count):
@@ -93,7 +137,8 @@ def free_tcp_ports(count, addrs=('127.0.0.1',), span=1,
         if any(p in taken for p in wanted
                for taken in (range(q, q + span) for q in ports)):
             continue
-        if all(_bindable(addr, p) for addr in addrs for p in wanted):
+        if all(_bindable(addr, p) for addr in addrs for p in wanted) and (
+                owner is None or _reserve(port, owner)):
             ports.append(port)
     if len(ports) == count:
         return ports
@@ -153,8 +198,9 @@ def box_env(state, keystone=False, glance=False, db=None, nova=False,
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(('OS_', 'CINDER'))}
     env.update(flags)
-    for name, port in zip(names, free_tcp_ports(len(names), span=2,
-                                                below_ephemeral=True)):
+    ports = free_tcp_ports(len(names), span=2, below_ephemeral=True,
+                           owner=os.path.abspath(state))
+    for name, port in zip(names, ports):
         # The monitor's msgr v1 port; v2 takes the one below.
         env['STACK_%s_PORT' % name] = str(port + (name == 'CEPH_MON'))
     env['STACK_TGT_CONTROL_PORT'] = str(free_tgtd_control_port())

@@ -327,18 +327,22 @@ def box_backend(state):
                          for _name, driver in info['backends']) else 'tgt')
 
 
-def bring_up(env, backend, report):
-    """``tools/stack.sh up``, and once more after a ``down --purge``.
+def bring_up(state, backend, report):
+    """``tools/stack.sh up`` in *state*, and once more after a purge.
 
-    A box that fails to come up twice fails the run; one that needed the
-    second try says so, with the first try's error, in *report* and in
-    :data:`PROBLEMS` (the run's closing lines).  Returns whether it is up.
+    Each try is a fresh box on freshly reserved ports (a port another box
+    took since would fail it again).  A box that fails to come up twice
+    fails the run; one that needed the second try says so, with the first
+    try's error, in *report* and in :data:`PROBLEMS` (the run's closing
+    lines).  Returns the environment of the box that came up, or None.
     """
     for attempt in (1, 2):
+        os.makedirs(state, exist_ok=True)
+        env = box_env(state, backend)
         up = subprocess.run([STACK_SH, 'up'], env=env, capture_output=True,
                             text=True, timeout=900)
         if not up.returncode:
-            return True
+            return env
         why = up.stderr.strip().splitlines()[-12:]
         problem = ('tempest[%s]: the box did not come up (try %d of 2): %s'
                    % (backend, attempt, '\n    '.join(why)))
@@ -346,7 +350,7 @@ def bring_up(env, backend, report):
         PROBLEMS.append(problem)
         subprocess.run([STACK_SH, 'down', '--purge'], env=env,
                        capture_output=True, timeout=300)
-    return False
+    return None
 
 
 def untagged(test_id):
@@ -420,11 +424,12 @@ def run_one(args, backend, state_dir=None):
     venv_bin = os.path.join(REPO, '.venv', 'bin')
     own_box = not state_dir
     state = state_dir or tempfile.mkdtemp(prefix='cfd-tempest-%s-' % backend)
-    env = (box_env(state, backend) if own_box else
-           dict(os.environ, STACK_DIR=state))
+    env = None if own_box else dict(os.environ, STACK_DIR=state)
     try:
-        if own_box and not bring_up(env, backend, report):
-            return 0, 0, 0, 0, 0, False, set()
+        if own_box:
+            env = bring_up(state, backend, report)
+            if env is None:
+                return 0, 0, 0, 0, 0, False, set()
         workspace = os.path.join(state, 'tempest')
         if not os.path.isdir(workspace):
             # Its own workspace registry: tempest refuses a second
@@ -500,7 +505,8 @@ def run_one(args, backend, state_dir=None):
                                           [-5:])))
         return ran, passed, skipped, failed, seconds, ok, skipped_here
     finally:
-        if own_box and not args.keep:
+        # A box that never came up was purged by bring_up.
+        if env is not None and own_box and not args.keep:
             subprocess.run([STACK_SH, 'down', '--purge'], env=env,
                            capture_output=True, timeout=300)
         with _PRINT_LOCK:

@@ -52,6 +52,32 @@ class FreePortsTestCase(testtools.TestCase):
             self.assertNotIn(port + 1, ports)
             self.assertBindable('127.0.0.1', port + 1)
 
+    def test_boxes_never_share_a_port(self):
+        """Ports picked at once for two boxes: disjoint, until one goes."""
+        tmp = self.useFixture(fixtures.TempDir()).path
+        self.useFixture(fixtures.MockPatchObject(
+            fakes, 'PORT_RESERVATIONS', os.path.join(tmp, 'reserved')))
+        box1, box2 = os.path.join(tmp, 'box1'), os.path.join(tmp, 'box2')
+        os.mkdir(box1)
+        os.mkdir(box2)
+        self.assertTrue(fakes._reserve(20000, box1))
+        self.assertFalse(fakes._reserve(20000, box2))
+        # Free to bind, but taken: box2 never gets it.
+        self.useFixture(fixtures.MockPatchObject(
+            fakes.random, 'randrange', side_effect=[20000, 20000, 20002]))
+        self.assertEqual([20002], fakes.free_tcp_ports(
+            1, span=2, below_ephemeral=True, owner=box2))
+        # box1 purged (its directory gone): its ports are free again.
+        os.rmdir(box1)
+        self.assertTrue(fakes._reserve(20000, box2))
+        # A reservation of a box still there lapses after a while.
+        self.assertFalse(fakes._reserve(20002, box1))
+        path = os.path.join(tmp, 'reserved', '20002')
+        old = os.stat(path).st_mtime - fakes.RESERVATION_SECONDS - 1
+        os.utime(path, (old, old))
+        os.mkdir(box1)
+        self.assertTrue(fakes._reserve(20002, box1))
+
     def test_tgtd_control_port_has_no_socket(self):
         port = fakes.free_tgtd_control_port()
         self.assertFalse(os.path.exists(os.path.join(

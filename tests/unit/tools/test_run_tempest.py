@@ -294,18 +294,37 @@ class BringUpTest(testtools.TestCase):
         with open(path) as f:
             return f.read().split()
 
+    def setUp(self):
+        super(BringUpTest, self).setUp()
+        self.state = os.path.join(self.useFixture(
+            fixtures.TempDir()).path, 'box')
+        # Each try's ports: the fresh environment it came up with.
+        self.envs = []
+
+        def box_env(state, backend):
+            self.envs.append({'STACK_DIR': state,
+                              'STACK_API_PORT': str(20000 + len(self.envs))})
+            return self.envs[-1]
+        self.useFixture(fixtures.MockPatchObject(run_tempest, 'box_env',
+                                                 box_env))
+
     def test_up_at_first_try(self):
         calls = self._stack(0)
         report = []
-        self.assertTrue(run_tempest.bring_up({}, 'tgt', report))
+        self.assertEqual({'STACK_DIR': self.state,
+                          'STACK_API_PORT': '20000'},
+                         run_tempest.bring_up(self.state, 'tgt', report))
         self.assertEqual(['up'], self._calls(calls))
         self.assertEqual([], report)
         self.assertEqual([], run_tempest.PROBLEMS)
 
-    def test_second_try_after_a_purge_is_said(self):
+    def test_second_try_after_a_purge_on_fresh_ports_is_said(self):
         calls = self._stack(1)
         report = []
-        self.assertTrue(run_tempest.bring_up({}, 'tgt', report))
+        env = run_tempest.bring_up(self.state, 'tgt', report)
+        self.assertEqual('20001', env['STACK_API_PORT'])
+        self.assertEqual(2, len(self.envs))
+        self.assertTrue(os.path.isdir(self.state))
         self.assertEqual(['up', 'down', 'up'], self._calls(calls))
         self.assertEqual(
             ['tempest[tgt]: the box did not come up (try 1 of 2): '
@@ -314,7 +333,7 @@ class BringUpTest(testtools.TestCase):
 
     def test_two_failures_fail(self):
         calls = self._stack(2)
-        self.assertFalse(run_tempest.bring_up({}, 'rbd', []))
+        self.assertIsNone(run_tempest.bring_up(self.state, 'rbd', []))
         self.assertEqual(['up', 'down', 'up', 'down'], self._calls(calls))
         self.assertEqual(2, len(run_tempest.PROBLEMS))
         self.assertIn('(try 2 of 2): nova-compute did not report (try 2)',
