@@ -208,12 +208,12 @@ def take_port0_lock():
     return lock
 
 
-def start_tgtd(workdir):
+def start_tgtd(workdir, iothreads=None):
     if tgtadm('--op', 'show', '--mode', 'sys').returncode == 0:
         sys.exit('a tgtd already answers on control port 0; this benchmark '
                  'needs its own there (upstream\'s helper has no -C): stop '
                  'it first')
-    daemon = tgtd_daemon.Tgtd(workdir)
+    daemon = tgtd_daemon.Tgtd(workdir, iothreads=iothreads)
     daemon.control_port = CONTROL_PORT
     daemon.start()
     return daemon
@@ -681,6 +681,9 @@ def main():
     parser.add_argument('--max-sessions', type=int, default=1000,
                         help='live qemu-io sessions held per side and N at '
                              'most; above it an even sample (default 1000)')
+    parser.add_argument('--tgtd-iothreads', type=int, default=None,
+                        help='start tgtd with -t N: its I/O threads per '
+                             'LUN (tgtd\'s default 16), for both sides')
     args = parser.parse_args()
     sizes = [int(n) for n in args.sizes.split(',')]
 
@@ -700,13 +703,15 @@ def main():
     daemon = None
     safe = False
     try:
-        daemon = start_tgtd(workdir)
+        daemon = start_tgtd(workdir, args.tgtd_iothreads)
         ours = Ours(workdir, daemon.port)
         upstream = Upstream(workdir, daemon.port)
         print('tgt force-detach teardown, ours vs upstream: tgtd %s on '
-              'control port %d, portal 127.0.0.1:%d; load %s at start; '
-              'code: %s' % (tgtd_version(), CONTROL_PORT, daemon.port,
-                            load(), code_version()), flush=True)
+              'control port %d, portal 127.0.0.1:%d, %s I/O threads per '
+              'LUN; load %s at start; code: %s' % (
+                  tgtd_version(), CONTROL_PORT, daemon.port,
+                  args.tgtd_iothreads or '16 (default)', load(),
+                  code_version()), flush=True)
         warm_up(ours)
         warm_up(upstream)
         results = run_all(sizes, ours, upstream, args, secret_dir)

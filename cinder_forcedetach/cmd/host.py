@@ -201,6 +201,6 @@ def _fence_backend(ctxt, args, group, backend_host, cluster):
                            PLANNED if args.dry_run else FENCED),
                 'fenced': sorted(done.get(volume.id) or []),
                 'error': '' if error is None else strutils.mask_password(
-                    '%s: %s' % (type(error).__name__, getattr(
-                        error, 'message', error)))})
+                    '%s: %s' % (type(error).__name__, error.message
+                                if isinstance(error, CliError) else error))})
     return rows

@@ -277,7 +277,11 @@ def use_database_file(test):
                         'cinder-forcedetach-%d.sqlite' % os.getpid())
     if os.path.exists(path):
         os.unlink(path)
-    CONF.set_override('connection', 'sqlite:///' + path, 'database')
+    # Forked children write it too: wait up to a minute for another's
+    # write (SQLite's own default, 5 s, failed a child's database reset
+    # once, on a loaded machine: "database is locked").
+    CONF.set_override('connection', 'sqlite:///%s?timeout=60' % path,
+                      'database')
     test.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
 
 

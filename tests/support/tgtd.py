@@ -21,7 +21,9 @@ TGTD_SOCKET_DIR = fakes.TGTD_SOCKET_DIR
 class Tgtd(object):
     """One tgtd on 127.0.0.1, with its own control port and iSCSI port."""
 
-    def __init__(self, log_dir):
+    def __init__(self, log_dir, iothreads=None):
+        #: tgtd's I/O threads per LUN (``-t``; tgtd's default: 16)
+        self.iothreads = iothreads
         self.control_port = fakes.free_tgtd_control_port()
         self.port = fakes.free_tcp_port()
         self.log_path = os.path.join(log_dir, 'tgtd-%d.log' % self.port)
@@ -38,7 +40,8 @@ class Tgtd(object):
         with open(self.log_path, 'ab') as log:
             self.proc = subprocess.Popen(
                 ['tgtd', '-f', '-C', str(self.control_port), '--iscsi',
-                 'portal=127.0.0.1:%d' % self.port],
+                 'portal=127.0.0.1:%d' % self.port] + (
+                    ['-t', str(self.iothreads)] if self.iothreads else []),
                 stdout=log, stderr=subprocess.STDOUT)
         waiting.wait_for(
             lambda: self.proc.poll() is None and self._listening() and

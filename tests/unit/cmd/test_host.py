@@ -107,11 +107,17 @@ class FenceBackendTestCase(testtools.TestCase):
         self.assertIn('cannot fence a host', row['error'])
 
     def test_fence_refused_as_a_whole(self):
-        self.build.return_value.fence_host.side_effect = ValueError(
-            'cannot fence a host\'s whole address (ip_wide)')
+        from cinder import exception
+
+        self.build.return_value.fence_host.side_effect = (
+            exception.InvalidInput(reason='RBDDriver cannot fence a host\'s '
+                                          'whole address (ip_wide)'))
         [row] = self.rows()
         self.assertEqual(host.FAILED, row['result'])
-        self.assertIn('ip_wide', row['error'])
+        # Cinder's message, formatted.
+        self.assertEqual('InvalidInput: Invalid input received: RBDDriver '
+                         'cannot fence a host\'s whole address (ip_wide)',
+                         row['error'])
         self.assertEqual([], row['fenced'])
 
     def test_fenced(self):
