@@ -214,6 +214,25 @@ class HorizonTestCase(testtools.TestCase):
                 if time.monotonic() > deadline:
                     raise
 
+    def open_from_row_menu(self, page, table, obj_id, action, locator,
+                           what):
+        """Click *action* in the row's menu until *locator* shows.
+
+        On a loaded machine a click on a row Horizon is replacing (it
+        polls a row in a transition) can be lost: no dialog comes.  The
+        page is loaded again and the click made again, until :data:`WAIT`
+        is spent; then :meth:`wait` fails with the page's alerts.
+        """
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            self.click_in_row_menu(table, obj_id, action)
+            try:
+                return ui.WebDriverWait(self.browser, WAIT / 4).until(
+                    ec.visibility_of_element_located(locator))
+            except selenium_exceptions.TimeoutException:
+                self.browser.get(self.url + page)
+        return self.wait(ec.visibility_of_element_located(locator), what)
+
     def submit_force_detach(self, choice):
         modal = self.wait(ec.visibility_of_element_located(
             (By.ID, 'force_detach_modal')), 'Force Detach dialog')
@@ -295,9 +314,9 @@ class HorizonTestCase(testtools.TestCase):
         self.wait(ec.visibility_of_element_located(
             (By.ID, 'volumes__row_%s__action_force_detach' % vol_id)),
             'Force Detach in Admin > Volumes')
-        self.click_in_row_menu('volumes', vol_id, 'update_status')
-        warning = self.wait(ec.visibility_of_element_located(
-            (By.ID, 'force-detach-warning')), 'reset-state warning')
+        warning = self.open_from_row_menu(
+            '/admin/volumes/', 'volumes', vol_id, 'update_status',
+            (By.ID, 'force-detach-warning'), 'reset-state warning')
         self.assertIn('second writer', warning.text)
         self.screenshot('update-status-warning')
 
