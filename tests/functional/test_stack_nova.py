@@ -594,8 +594,11 @@ class NovaRbdBoxTestCase(_NovaBoxTestCase):
             'rebuild-rbd', b'rbd rebuild\n'.ljust(2 << 20, b'\x6b'))
         self.nova('POST', '/servers/%s/action' % server_id,
                   {'rebuild': {'imageRef': new_id}})
-        self.wait(lambda: self.volume(boot_id)['volume_image_metadata'][
-            'image_id'] == new_id, 'the reimage')
+        # Cinder drops the image metadata while it reimages: absent, then
+        # the new image's.
+        self.wait(lambda: (self.volume(boot_id).get(
+            'volume_image_metadata') or {}).get('image_id') == new_id,
+            'the reimage')
         self.settled(server_id)
         self.assertEqual('%s/%s@snap' % (pool, new_id),
                          self.rbd_parent(boot_id))
