@@ -172,12 +172,13 @@ def _fence_backend(ctxt, args, group, backend_host, cluster):
             (volume, newest.connector))
     try:
         driver = local.command_driver(ctxt, group, backend_host, cluster)
-        if not hasattr(driver, 'fence_host'):
-            raise CliError(EXIT_USAGE, 'the driver of backend %s (%s) '
-                           'cannot fence a host' % (
-                               group, type(driver).__name__))
     except Exception as err:
         driver, driver_error = None, err
+    else:
+        if not hasattr(driver, 'fence_host'):
+            driver, driver_error = None, CliError(
+                EXIT_USAGE, 'the driver of backend %s (%s) cannot fence a '
+                'host' % (group, type(driver).__name__))
     rows = []
     for members in groups.values():
         volumes = [volume for volume, _c in members]
@@ -201,6 +202,5 @@ def _fence_backend(ctxt, args, group, backend_host, cluster):
                            PLANNED if args.dry_run else FENCED),
                 'fenced': sorted(done.get(volume.id) or []),
                 'error': '' if error is None else strutils.mask_password(
-                    '%s: %s' % (type(error).__name__, error.message
-                                if isinstance(error, CliError) else error))})
+                    '%s: %s' % (type(error).__name__, error))})
     return rows
