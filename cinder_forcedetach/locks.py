@@ -21,8 +21,9 @@ re-export after an extend.  A lease the lock service no longer confirms
 from __future__ import annotations
 
 import base64
+import contextlib
 import types
-from typing import Optional, TYPE_CHECKING, TypeGuard
+from typing import Iterator, Optional, TYPE_CHECKING, TypeGuard
 
 from cinder import coordination
 from oslo_log import log as logging
@@ -53,6 +54,17 @@ def lock_name(volume_id: str) -> str:
 def volume_lock(volume_id: str) -> locking.Lock:
     """The volume's tooz lock (a context manager), across volume services."""
     return coordination.COORDINATOR.get_lock(lock_name(volume_id))
+
+
+@contextlib.contextmanager
+def held(volume_id: str) -> Iterator[locking.Lock]:
+    """The volume's lock, held for a ``with`` block; see :func:`release`."""
+    lock = volume_lock(volume_id)
+    lock.acquire(blocking=True)
+    try:
+        yield lock
+    finally:
+        release(lock)
 
 
 def _is_etcd3gw(lock: locking.Lock) -> TypeGuard[Etcd3Lock]:
@@ -105,15 +117,23 @@ def check_lock(lock: Optional[locking.Lock], volume: objects.Volume,
 
 
 def release(lock: locking.Lock) -> None:
-    """Release *lock*; a lock that cannot be released is forgotten."""
+    """Release *lock*; a lock that cannot be released is forgotten.
+
+    tooz's etcd3gw coordinator goes on refreshing the lease of a lock whose
+    release failed: once etcd is back the volume would stay locked for
+    good.  And a lock whose lease had ended (its key gone, or another's)
+    releases nothing and stays in the coordinator's list, its dead lease
+    refreshed at every heartbeat.  Forgotten, neither happens.
+    """
     try:
-        lock.release()
+        released = lock.release()
     except Exception as err:
-        # Not held any more, or the lock service is unreachable.  tooz's
-        # etcd3gw coordinator would go on refreshing the lease of a lock
-        # whose release failed, once etcd is back: the volume would stay
-        # locked for good.  Forgotten, its lease expires.
         LOG.warning('Could not release lock %(lock)s (%(err)s); it expires '
                     'with its lease.', {'lock': lock.name, 'err': err})
-        if _is_etcd3gw(lock):
-            lock._coord._acquired_locks.discard(lock)
+    else:
+        if released is not False:
+            return
+        LOG.warning('Lock %s was no longer ours when released (its lease '
+                    'had ended).', lock.name)
+    if _is_etcd3gw(lock):
+        lock._coord._acquired_locks.discard(lock)

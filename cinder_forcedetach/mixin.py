@@ -57,6 +57,7 @@ from oslo_log import log as logging
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import connector_grammar
+from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach.flows import force_detach as force_detach_flow
 from cinder_forcedetach import grant_fence
 from cinder_forcedetach import image_gates
@@ -378,7 +379,7 @@ class ForceDetachMixin(object):
         ``remove_export`` in between would delete what this one is still
         binding.
         """
-        with locks.volume_lock(volume.id):
+        with locks.held(volume.id):
             return self.create_export_unlocked(context, volume, *args,
                                                **kwargs)
 
@@ -403,14 +404,44 @@ class ForceDetachMixin(object):
         Before any host is granted, the holders the backend shows that no
         live attachment explains (a reset of the volume's state left them)
         are cut off: see :mod:`cinder_forcedetach.grant_fence`.
+
+        The grant is handed back only if the lock service still confirms
+        the lock after it: a lease that expired during the checks (this
+        service cut off from the lock service, or paused) may have let
+        another service grant another host, whose checks could not see
+        this grant yet.  Then this grant is revoked and the call fails.
         """
-        with locks.volume_lock(volume.id):
+        with locks.held(volume.id) as lock:
             fresh = self._check_grant(volume, connector)
             if connector and fresh is not None:
                 grant_fence.fence_before_grant(
                     self, cinder_context.get_admin_context(), fresh,
                     connector, fresh.volume_attachment)
-            return self.initialize_connection_unlocked(volume, connector)
+            info = self.initialize_connection_unlocked(volume, connector)
+            if connector and not locks.lock_is_ours(lock):
+                self._undo_grant(volume, connector)
+                raise fd_exception.LockLost(
+                    volume_id=volume.id, step='handing the grant to host '
+                    '%s (revoked)' % connector.get('host'),
+                    reason='lease lost during the grant')
+            return info
+
+    def _undo_grant(self, volume: objects.Volume,
+                    connector: dict[str, Any]) -> None:
+        """Revoke a grant made after the volume's lock was lost.
+
+        Without the lock: revoking can only take access away, never give
+        it.  A failure is logged: the host may keep access until the
+        reconciler or the next grant cuts it; it never got the connection.
+        """
+        try:
+            self.revoke_host_access(volume, connector)
+        except Exception:
+            LOG.exception('Volume %(vol)s: could not revoke host %(host)s, '
+                          'granted after the lock was lost; it may reach '
+                          'the volume until the reconciler or the next '
+                          'grant cuts it.',
+                          {'vol': volume.id, 'host': connector.get('host')})
 
     def _ensure_export_locked(self, context: cinder_context.RequestContext,
                               volume: objects.Volume
@@ -422,7 +453,7 @@ class ForceDetachMixin(object):
         volume is read again, and re-exported only if it is still in-use
         (Cinder's own rule), to the hosts still attached.
         """
-        with locks.volume_lock(volume.id):
+        with locks.held(volume.id):
             try:
                 volume.refresh()
             except exception.VolumeNotFound:
@@ -650,7 +681,7 @@ class ForceDetachMixin(object):
                     'conn': 'set' if attachment.connector else 'none'})
         volume = objects.Volume.get_by_id(context, attachment.volume_id)
         self.validate_connector(attachment.connector)
-        with locks.volume_lock(volume.id):
+        with locks.held(volume.id):
             new = self.initialize_connection_unlocked(volume,
                                                       attachment.connector)
             info = dict(new.get('data') or {})

@@ -795,10 +795,16 @@ def run_remove_export(context: cinder_context.RequestContext, driver: Any,
                       volume: objects.Volume) -> None:
     """Cinder's own ``remove_export`` call: the same task, the same lock.
 
-    One task needs no engine (loading one costs ~10 ms a volume).
+    Cinder read *volume* before this lock was taken: another service may
+    have granted a host since.  So whether a live attachment still uses
+    the export is read again under the lock.  One task needs no engine
+    (loading one costs ~10 ms a volume).
     """
-    lock = locks.volume_lock(volume.id)
-    with lock:
+    with locks.held(volume.id) as lock:
+        try:
+            volume = objects.Volume.get_by_id(context, volume.id)
+        except exception.VolumeNotFound:
+            pass    # deleted meanwhile: Cinder's object is all there is
         RemoveExportTask(driver, always=True).execute(context, volume,
                                                       lock=lock)
 

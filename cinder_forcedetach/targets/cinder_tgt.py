@@ -147,7 +147,7 @@ class VolumeExports(object):
         lock, so a force-detach's revocation is not undone.
         """
         name = self.target_name(volume)
-        with locks.volume_lock(volume['id']):
+        with locks.held(volume['id']):
             state = self.target.find(name)
             if state is None:
                 return

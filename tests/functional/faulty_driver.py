@@ -23,7 +23,9 @@ and waits there until the test writes ``<state_path>/faults/resume``.
 Nothing else changes: unarmed, this is the tgt driver.
 
 Points: ``after:<Task>`` for every task of the force-detach flow,
-``after:<driver method>`` for the driver calls Cinder's manager makes, and
+``after:<driver method>`` for the driver calls Cinder's manager makes,
+``before:grant`` in ``initialize_connection`` between its checks (the
+volume's lock taken, the backend's holders read) and the grant itself, and
 ``after:write`` after each write of an image onto a volume (the first one
 armed fires).
 """
@@ -112,6 +114,14 @@ def _after(name, call):
     return wrapped
 
 
+def _before(name, call):
+    @functools.wraps(call)
+    def wrapped(*args, **kwargs):
+        fault_point('before:' + name)
+        return call(*args, **kwargs)
+    return wrapped
+
+
 for _task in FLOW_TASKS:
     if not getattr(_task.execute, 'fault_hooked', False):
         _task.execute = _after(_task.__name__, _task.execute)
@@ -126,6 +136,8 @@ class FaultyTgtISCSIDriver(iscsi.TgtISCSIDriver):
         # The mixin wraps these on the instance; wrap what Cinder calls.
         for name in DRIVER_METHODS:
             setattr(self, name, _after(name, getattr(self, name)))
+        self.initialize_connection_unlocked = _before(
+            'grant', self.initialize_connection_unlocked)
 
     def open_volume_for_write(self, volume):
         return _FaultyFile(super(FaultyTgtISCSIDriver,

@@ -49,6 +49,8 @@ import threading
 import time
 
 import ddt
+import etcd3gw
+from etcd3gw import lease as etcd3gw_lease
 import hypothesis
 from hypothesis import stateful
 from hypothesis import strategies
@@ -453,6 +455,97 @@ class ClusterTestCase(testtools.TestCase):
             os.path.join(self.box.state, 'logs', 'cinder-volume-*.log')))
         self.assertIn('stopped before DisconnectLocalHostTask', logs)
         self.assert_rerun_converges_with_etcd_back(vol_id, session)
+
+    # -- a lease lost between the check and the act -------------------------
+
+    def end_lock_lease(self, vol_id):
+        """End the lease of the volume's lock in etcd, as its expiry does.
+
+        What a holder cut off from etcd for longer than the lease (a
+        partition, a paused process) meets: etcd deletes the lock's key,
+        another service can take the lock, and the holder learns it only
+        when it next asks etcd.  Revoking the lease is that expiry without
+        the wait (Cinder's RPC timeout in this box is 30 s).
+        """
+        client = etcd3gw.client(host=self.box.info['host'],
+                                port=self.box.info['etcd_port'])
+        held = [meta for _, meta in client.get_prefix('/')
+                if vol_id in meta['key'].decode() and meta.get('lease')]
+        self.assertEqual(1, len(held), 'the lock key of volume %s: %r' % (
+            vol_id, held))
+        etcd3gw_lease.Lease(int(held[0]['lease']), client).revoke()
+        self.assertEqual([], [meta for _, meta in client.get_prefix('/')
+                              if vol_id in meta['key'].decode()])
+
+    def test_lease_lost_before_the_grant_grants_nothing(self):
+        """A grant made after its lock expired is revoked, and fails.
+
+        The window between a check and its act, made real: the service
+        granting host q1 pauses (fault hook ``before:grant``) with the
+        volume's lock taken and the backend's holders read; the lock's
+        lease then ends (:meth:`end_lock_lease`).  The operator, finding
+        the volume stuck ``reserved``, resets its status to available
+        (Horizon's "Update Volume Status": the status alone) and attaches
+        host h2: the lock is free, h2 is granted and writes.  The paused
+        service resumes and grants q1, which h2's checks could not see.
+        Without the lock confirmed after the grant (``_initialize_connection
+        _locked``), q1 joined h2 on the target's ACL and Cinder handed q1
+        the connection: two hosts writing a volume that is not
+        multiattach.  Now q1's grant is revoked and its attach fails;
+        h2 alone reaches the volume.
+        """
+        vol_id = self.box.create_volume()
+        faults = os.path.join(self.box.state, 'cinder', 'faults')
+        self.box.arm('pause before:grant')
+        self.addCleanup(self.box.disarm)
+        result = {}
+
+        def attach_q1():
+            try:
+                result['q1'] = self.box.attach(vol_id, 'cluster-q1')
+            except cluster.ApiError as err:
+                result['error'] = err
+        first = threading.Thread(target=attach_q1)
+        first.start()
+        self.addCleanup(first.join, 120)
+        waiting.wait_for(
+            lambda: glob.glob(os.path.join(faults, 'paused.*')), 60,
+            'a volume service to pause before granting q1')
+        self.end_lock_lease(vol_id)
+        self.box.api('POST', '/volumes/%s/action' % vol_id,
+                     {'os-reset_status': {'status': 'available'}})
+        _, info = self.box.attach(vol_id, 'cluster-h2')
+        h2_data = info if 'target_iqn' in info else info['data']
+        self.secrets_seen.append(h2_data.get('auth_password'))
+        h2 = cluster.login(h2_data, 'cluster-h2')
+        self.sessions.append(h2)
+        cutoff.control_write(self, h2, 0x61)
+        with open(os.path.join(faults, 'resume'), 'w'):
+            pass
+        first.join(120)
+        self.assertFalse(first.is_alive(), 'the attach of q1 never ended')
+
+        # q1 writes with what Cinder handed it or, if nothing, with the
+        # volume's connection data (h2's: one CHAP account a volume): the
+        # target refuses it and nothing of it lands.
+        q1_data = h2_data
+        if 'q1' in result:
+            info = result['q1'][1]
+            q1_data = info if 'target_iqn' in info else info['data']
+        q1 = cluster.login(q1_data, 'cluster-q1')
+        self.sessions.append(q1)
+        cutoff.assert_refused(self, q1.try_write(0xee, 4096, cutoff.BLOCK,
+                                                 timeout=3, refusal_wait=35),
+                              'q1, granted after its lock was lost')
+        self.assertNotIn(b'\xee', self.box.volume_bytes(vol_id, 8192))
+        cutoff.control_write(self, h2, 0x62, offset=8192)
+        self.assertEqual([{cluster.IQN + 'cluster-h2'}],
+                         list(self.box.target_of(vol_id).values()))
+        self.assertNotIn('q1', result, 'Cinder handed q1 the connection')
+        self.assertIn('error', result)
+        self.assertIn('lease lost during the grant', ''.join(
+            open(p).read() for p in glob.glob(os.path.join(
+                self.box.state, 'logs', 'cinder-volume-*.log'))))
 
     # -- a stateful property test -------------------------------------------
 

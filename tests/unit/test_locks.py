@@ -17,6 +17,7 @@ from unittest import mock
 import fixtures
 import testtools
 from tooz import coordination as tooz_coordination
+from tooz.drivers import etcd3gw as tooz_etcd3gw
 
 from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach import locks
@@ -68,3 +69,38 @@ class LockConfirmationTestCase(testtools.TestCase):
     def test_no_lock_no_check(self):
         """run_remove_export's caller holds no flow lock."""
         locks.check_lock(None, self.VOLUME, 'RemoveExportTask')
+
+
+class ReleaseTestCase(testtools.TestCase):
+    """A lock that cannot be released is dropped from tooz's heartbeat."""
+
+    def etcd3gw_lock(self, **release):
+        lock = mock.Mock(spec=tooz_etcd3gw.Etcd3Lock, **release)
+        lock.name = 'cinder-forcedetach-vol'
+        lock._coord = mock.Mock(_acquired_locks={lock})
+        return lock
+
+    def test_lease_ended_before_release_is_forgotten(self):
+        lock = self.etcd3gw_lock(**{'release.return_value': False})
+        locks.release(lock)
+        self.assertEqual(set(), lock._coord._acquired_locks)
+
+    def test_unreachable_lock_service_is_forgotten(self):
+        lock = self.etcd3gw_lock(**{'release.side_effect': OSError('down')})
+        locks.release(lock)
+        self.assertEqual(set(), lock._coord._acquired_locks)
+
+    def test_released_lock_is_left_to_tooz(self):
+        lock = self.etcd3gw_lock(**{'release.return_value': True})
+        locks.release(lock)
+        self.assertEqual({lock}, lock._coord._acquired_locks)
+
+    def test_held_releases_after_the_block(self):
+        lock = mock.Mock()
+        self.useFixture(fixtures.MockPatchObject(locks, 'volume_lock',
+                                                 return_value=lock))
+        with locks.held('vol') as got:
+            self.assertIs(lock, got)
+            lock.release.assert_not_called()
+        lock.acquire.assert_called_once_with(blocking=True)
+        lock.release.assert_called_once_with()

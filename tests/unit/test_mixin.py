@@ -14,10 +14,12 @@
 
 import copy
 import types
+from unittest import mock
 
 import fixtures
 import testtools
 
+from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach.flows import force_detach as flow
 from cinder_forcedetach import mixin
 from cinder_forcedetach import notifications
@@ -246,3 +248,55 @@ class FenceHostTestCase(testtools.TestCase):
         self.assertIn('Driver cannot fence a host\'s whole address',
                       str(err))
         self.run_host.assert_not_called()
+
+
+class GrantUnderLockTestCase(testtools.TestCase):
+    """A grant is handed back only while the lock service confirms the lock.
+
+    The window it closes is proven on real etcd and tgtd in
+    ``tests/functional/test_cluster.py``
+    (``test_lease_lost_before_the_grant_grants_nothing``).
+    """
+
+    CONNECTOR = {'host': 'compute1', 'initiator': 'iqn.2026-11.org.ex:c1'}
+
+    def setUp(self):
+        super(GrantUnderLockTestCase, self).setUp()
+        self.lock = mock.MagicMock()
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'volume_lock', return_value=self.lock))
+        self.ours = self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'lock_is_ours', return_value=True)).mock
+        self.driver = Driver()
+        self.driver._check_grant = mock.Mock(return_value=None)
+        self.driver.revoke_host_access = mock.Mock(return_value=False)
+        self.volume = types.SimpleNamespace(id='vol')
+
+    def test_confirmed_lock_hands_the_grant_back(self):
+        self.assertEqual({}, self.driver.initialize_connection(
+            self.volume, self.CONNECTOR))
+        self.ours.assert_called_once_with(self.lock)
+        self.lock.release.assert_called_once_with()
+        self.driver.revoke_host_access.assert_not_called()
+
+    def test_lease_lost_during_the_grant_revokes_it_and_fails(self):
+        self.ours.return_value = False
+        err = self.assertRaises(fd_exception.LockLost,
+                                self.driver.initialize_connection,
+                                self.volume, self.CONNECTOR)
+        self.assertIn('lease lost during the grant', str(err))
+        self.driver.revoke_host_access.assert_called_once_with(
+            self.volume, self.CONNECTOR)
+
+    def test_revoke_failure_still_fails_the_grant(self):
+        self.ours.return_value = False
+        self.driver.revoke_host_access.side_effect = RuntimeError('tgtd')
+        self.assertRaises(fd_exception.LockLost,
+                          self.driver.initialize_connection,
+                          self.volume, self.CONNECTOR)
+
+    def test_no_host_named_no_grant_to_confirm(self):
+        self.ours.return_value = False
+        self.assertEqual({}, self.driver.initialize_connection(
+            self.volume, None))
+        self.ours.assert_not_called()

@@ -14,6 +14,7 @@
 
 import json
 import types
+from unittest import mock
 
 import ddt
 import fixtures
@@ -187,3 +188,41 @@ class FenceClientsTaskTestCase(testtools.TestCase):
         task = flow.FenceClientsTask(None, batch)
         self.assertEqual(['5.6.7.8:0/2'],
                          task.execute(secret_volume(), [A], [], None))
+
+
+class RunRemoveExportTestCase(testtools.TestCase):
+    """Cinder's remove_export decides on the volume as read under the lock.
+
+    Proven on real services in ``tests/functional/test_cluster.py``
+    (``test_lease_lost_before_the_grant_grants_nothing``: Cinder's
+    remove_export after a failed grant, on the volume it read before
+    another host attached, kept that host's export).
+    """
+
+    def setUp(self):
+        super(RunRemoveExportTestCase, self).setUp()
+        self.lock = mock.Mock()
+        self.useFixture(fixtures.MockPatchObject(
+            flow.locks, 'volume_lock', return_value=self.lock))
+        self.removed = []
+        self.driver = types.SimpleNamespace(
+            remove_export_unlocked=lambda ctxt, vol: self.removed.append(vol))
+        self.stale = types.SimpleNamespace(id='vol-1', volume_attachment=[])
+
+    def test_volume_read_again_under_the_lock(self):
+        fresh = types.SimpleNamespace(id='vol-1',
+                                      volume_attachment=[att('a', A)])
+        get = self.useFixture(fixtures.MockPatchObject(
+            flow.objects.Volume, 'get_by_id', return_value=fresh)).mock
+        flow.run_remove_export('ctxt', self.driver, self.stale)
+        get.assert_called_once_with('ctxt', 'vol-1')
+        self.assertEqual([fresh], self.removed)
+        self.lock.release.assert_called_once_with()
+
+    def test_volume_deleted_meanwhile_uses_cinders_object(self):
+        from cinder import exception
+        self.useFixture(fixtures.MockPatchObject(
+            flow.objects.Volume, 'get_by_id',
+            side_effect=exception.VolumeNotFound(volume_id='vol-1')))
+        flow.run_remove_export('ctxt', self.driver, self.stale)
+        self.assertEqual([self.stale], self.removed)
