@@ -96,8 +96,9 @@ def unexplained(holders: Iterable[host_access.Holder],
             not h.keys & keys]
 
 
-def _unique_connectors(holders: Iterable[host_access.Holder]
-                       ) -> list[dict[str, Any]]:
+def unique_connectors(holders: Iterable[host_access.Holder]
+                      ) -> list[dict[str, Any]]:
+    """The connectors of *holders*, each once."""
     seen: set[str] = set()
     result: list[dict[str, Any]] = []
     for holder in holders:
@@ -137,7 +138,7 @@ def fence_before_grant(driver: Any, context: cinder_context.RequestContext,
                 'volume\'s state left it): cutting it off first.',
                 {'vol': volume.id, 'host': connector.get('host'),
                  'holders': ', '.join(labels)})
-    connectors = _unique_connectors(cut)
+    connectors = unique_connectors(cut)
     for holder_connector in connectors:
         driver.revoke_host_access(volume, holder_connector)
     driver.fence_clients(volume, connectors,

@@ -452,8 +452,15 @@ class ForceDetachMixin(object):
         service's force-detach may have ended its attachments since.  The
         volume is read again, and re-exported only if it is still in-use
         (Cinder's own rule), to the hosts still attached.
+
+        A re-export grants, so it is handed back only if the lock service
+        still confirms the lock after it (see
+        :meth:`_initialize_connection_locked`); otherwise another service
+        may have torn the volume down meanwhile, and what this one exported
+        is judged again under the lock taken anew (:meth:`_undo_export`)
+        before the call fails.
         """
-        with locks.held(volume.id):
+        with locks.held(volume.id) as lock:
             try:
                 volume.refresh()
             except exception.VolumeNotFound:
@@ -463,7 +470,39 @@ class ForceDetachMixin(object):
                          'again.', {'vol': volume.id,
                                     'status': volume.status})
                 return None
-            return self.ensure_export_unlocked(context, volume)
+            model = self.ensure_export_unlocked(context, volume)
+            if locks.lock_is_ours(lock):
+                return model
+        self._undo_export(context, volume.id)
+        raise fd_exception.LockLost(
+            volume_id=volume.id, step='handing the re-export back (judged '
+            'again)', reason='lease lost during the re-export')
+
+    def _undo_export(self, context: cinder_context.RequestContext,
+                     volume_id: str) -> None:
+        """Judge again, under the lock, an export made without it.
+
+        The volume as read now: not in-use, the export goes (unless a live
+        attachment uses it: the driver's ``remove_export``); in-use, every
+        host on it that no live attachment explains is revoked.
+        """
+        with locks.held(volume_id):
+            try:
+                volume = objects.Volume.get_by_id(context, volume_id)
+            except exception.VolumeNotFound:
+                return
+            LOG.warning('Volume %(vol)s was re-exported after its lock was '
+                        'lost; judged again now that it is %(status)s.',
+                        {'vol': volume_id, 'status': volume.status})
+            if volume.status != 'in-use':
+                self.remove_export_unlocked(context, volume)
+                return
+            holders = self.volume_holders(volume) if self.audit_grants else []
+            live = [a.connector for a in volume.volume_attachment or ()
+                    if fd_attachments.is_live(a) and a.connector]
+            for connector in grant_fence.unique_connectors(
+                    grant_fence.unexplained(holders or [], live)):
+                self.revoke_host_access(volume, connector)
 
     def _check_grant(self, volume: objects.Volume,
                      connector: Optional[dict[str, Any]]

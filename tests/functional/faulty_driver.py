@@ -25,9 +25,11 @@ Nothing else changes: unarmed, this is the tgt driver.
 Points: ``after:<Task>`` for every task of the force-detach flow,
 ``after:<driver method>`` for the driver calls Cinder's manager makes,
 ``before:grant`` in ``initialize_connection`` between its checks (the
-volume's lock taken, the backend's holders read) and the grant itself, and
+volume's lock taken, the backend's holders read) and the grant itself,
+``before:ensure_export`` likewise in the re-export at start-up, and
 ``after:write`` after each write of an image onto a volume (the first one
-armed fires).
+armed fires).  A ``before:`` point armed as ``<point>@<volume id>`` fires
+for that volume only.
 """
 
 import functools
@@ -57,7 +59,7 @@ def faults_dir():
     return os.path.join(CONF.state_path, 'faults')
 
 
-def fault_point(name):
+def fault_point(name, volume_id=None):
     """Die here (SIGKILL, no cleanup) if a test armed *name*."""
     armed = os.path.join(faults_dir(), 'armed')
     try:
@@ -65,6 +67,8 @@ def fault_point(name):
             wanted = f.read().strip()
     except OSError:
         return
+    if volume_id and wanted.endswith('@' + volume_id):
+        wanted = wanted[:-len(volume_id) - 1]
     if wanted == 'pause ' + name:
         _pause()
         return
@@ -114,10 +118,10 @@ def _after(name, call):
     return wrapped
 
 
-def _before(name, call):
+def _before(name, call, volume_arg):
     @functools.wraps(call)
     def wrapped(*args, **kwargs):
-        fault_point('before:' + name)
+        fault_point('before:' + name, args[volume_arg].id)
         return call(*args, **kwargs)
     return wrapped
 
@@ -137,7 +141,9 @@ class FaultyTgtISCSIDriver(iscsi.TgtISCSIDriver):
         for name in DRIVER_METHODS:
             setattr(self, name, _after(name, getattr(self, name)))
         self.initialize_connection_unlocked = _before(
-            'grant', self.initialize_connection_unlocked)
+            'grant', self.initialize_connection_unlocked, 0)
+        self.ensure_export_unlocked = _before(
+            'ensure_export', self.ensure_export_unlocked, 1)
 
     def open_volume_for_write(self, volume):
         return _FaultyFile(super(FaultyTgtISCSIDriver,

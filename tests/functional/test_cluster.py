@@ -45,6 +45,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 
@@ -546,6 +547,52 @@ class ClusterTestCase(testtools.TestCase):
         self.assertIn('lease lost during the grant', ''.join(
             open(p).read() for p in glob.glob(os.path.join(
                 self.box.state, 'logs', 'cinder-volume-*.log'))))
+
+    def test_lease_lost_during_the_reexport_grants_nothing_again(self):
+        """A re-export at start-up made after its lock expired is undone.
+
+        A volume service restarts while host h1 is attached; its
+        ``ensure_export`` of the in-use volume pauses (``before:ensure_
+        export``) with the lock taken and the volume read; the lease ends.
+        The operator force-detaches h1 meanwhile (our CLI: revoke, export
+        removed, Cinder ``available``).  Resumed, the re-export made the
+        target again with h1 on its ACL: h1's initiator logs back in and
+        writes to a volume Cinder calls available.  Now the service sees
+        the lock is no longer its own, judges the volume again under a new
+        lock (available: the export goes) and fails the re-export.
+        """
+        vol_id, att_id, session = self.attached_volume('cluster-h1')
+        faults = os.path.join(self.box.state, 'cinder', 'faults')
+        self.box.arm('pause before:ensure_export@' + vol_id)
+        self.addCleanup(self.box.disarm)
+        victim = self.box.volume_services()[0]
+        pid = self.box.record(victim)['pid']
+        subprocess.run(['pkill', '-KILL', '-P', str(pid)], check=False)
+        os.kill(pid, signal.SIGKILL)
+        waiting.wait_for(lambda: not self.box.alive(victim), 30,
+                         '%s to die' % victim)
+        restart = threading.Thread(target=self.box.restart_dead)
+        restart.start()
+        self.addCleanup(restart.join, 180)
+        waiting.wait_for(
+            lambda: glob.glob(os.path.join(faults, 'paused.*')), 120,
+            'the restarted service to pause before re-exporting')
+        self.end_lock_lease(vol_id)
+        detach = self.box.manage('volume', 'force-detach', vol_id)
+        self.assertEqual(0, detach.returncode, detach.stdout + detach.stderr)
+        self.assertEqual({}, self.box.target_of(vol_id))
+        with open(os.path.join(faults, 'resume'), 'w'):
+            pass
+        restart.join(180)
+        self.assertFalse(restart.is_alive(), 'the restart never ended')
+
+        self.assertEqual('available', self.box.volume(vol_id)['status'])
+        self.assert_cut_off(vol_id, session)
+        self.assertEqual({}, self.box.target_of(vol_id))
+        self.assertIn('lease lost during the re-export', ''.join(
+            open(p).read() for p in glob.glob(os.path.join(
+                self.box.state, 'logs', 'cinder-volume-*.log'))))
+        self.assert_usable(vol_id)
 
     # -- a stateful property test -------------------------------------------
 

@@ -21,6 +21,7 @@ import testtools
 
 from cinder_forcedetach import exception as fd_exception
 from cinder_forcedetach.flows import force_detach as flow
+from cinder_forcedetach import host_access
 from cinder_forcedetach import mixin
 from cinder_forcedetach import notifications
 from tests import fakes
@@ -300,3 +301,59 @@ class GrantUnderLockTestCase(testtools.TestCase):
         self.assertEqual({}, self.driver.initialize_connection(
             self.volume, None))
         self.ours.assert_not_called()
+
+
+class ReexportUnderLockTestCase(testtools.TestCase):
+    """A re-export is handed back only while the lock is confirmed.
+
+    Proven on real etcd and tgtd in ``tests/functional/test_cluster.py``
+    (``test_lease_lost_during_the_reexport_grants_nothing_again``).
+    """
+
+    def setUp(self):
+        super(ReexportUnderLockTestCase, self).setUp()
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'volume_lock', return_value=mock.MagicMock()))
+        self.ours = self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'lock_is_ours', return_value=False)).mock
+        self.driver = Driver()
+        self.driver.ensure_export_unlocked = mock.Mock(return_value='model')
+        self.driver.remove_export_unlocked = mock.Mock()
+        self.driver.revoke_host_access = mock.Mock(return_value=True)
+        self.volume = mock.Mock(id='vol', status='in-use')
+
+    def reread(self, status, attachments=()):
+        fresh = types.SimpleNamespace(id='vol', status=status,
+                                      volume_attachment=list(attachments))
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.objects.Volume, 'get_by_id', return_value=fresh))
+        return fresh
+
+    def test_confirmed_lock_hands_the_export_back(self):
+        self.ours.return_value = True
+        self.assertEqual('model', self.driver.ensure_export(
+            'ctxt', self.volume))
+        self.driver.remove_export_unlocked.assert_not_called()
+
+    def test_torn_down_meanwhile_the_export_goes(self):
+        fresh = self.reread('available')
+        err = self.assertRaises(fd_exception.LockLost,
+                                self.driver.ensure_export, 'ctxt',
+                                self.volume)
+        self.assertIn('lease lost during the re-export', str(err))
+        self.driver.remove_export_unlocked.assert_called_once_with(
+            'ctxt', fresh)
+        self.driver.revoke_host_access.assert_not_called()
+
+    def test_still_in_use_only_unexplained_hosts_are_revoked(self):
+        a, b = fakes.CONNECTOR_A, fakes.CONNECTOR_B
+        fresh = self.reread('in-use', [fakes.attachment('att-b', b),
+                                       fakes.attachment('old', a,
+                                                        'detached')])
+        self.driver.volume_holders = lambda volume: [
+            host_access.Holder('acl', host_access.connector_keys(c),
+                               c['initiator'], c) for c in (a, b)]
+        self.assertRaises(fd_exception.LockLost, self.driver.ensure_export,
+                          'ctxt', self.volume)
+        self.driver.revoke_host_access.assert_called_once_with(fresh, a)
+        self.driver.remove_export_unlocked.assert_not_called()
