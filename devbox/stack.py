@@ -56,6 +56,10 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
                            single-member etcd, data under ``STATE/etcd``;
                            a dead holder's lock expires after 10 s) [file]
 ``STACK_ETCD_PORT``        etcd client port; peers use +1 [23790]
+``STACK_ETCD_MEMBERS``     1, 3 or 5 etcd members; with 3 or 5 an etcd
+                           gateway listens on the etcd port [1]
+``STACK_ETCD_MEMBER_PORTS`` the members' client ports, comma-separated;
+                           peers use +1 [etcd port + 2, + 4, ...]
 ``STACK_VOLUME_SERVICES``  cinder-volume processes; with 2 or more each
                            has its own ``host`` (its process name) in the
                            cluster ``box``, serving every backend [1]
@@ -164,6 +168,27 @@ class Settings(object):
             'STACK_COORDINATION', 'file')
         self.etcd_port = getattr(args, 'etcd_port', None) or _int_env(
             'STACK_ETCD_PORT', 23790)
+        self.etcd_members = getattr(args, 'etcd_members', None) or _int_env(
+            'STACK_ETCD_MEMBERS', 1)
+        if self.etcd_members not in (1, 3, 5):
+            raise StackError('STACK_ETCD_MEMBERS must be 1, 3 or 5, not %d'
+                             % self.etcd_members)
+        member_ports = env('STACK_ETCD_MEMBER_PORTS', '')
+        try:
+            self.etcd_member_ports = [
+                int(p) for p in member_ports.split(',') if p.strip()] or [
+                self.etcd_port + 2 * (i + 1)
+                for i in range(self.etcd_members)]
+        except ValueError:
+            raise StackError('STACK_ETCD_MEMBER_PORTS must be ports separated '
+                             'by commas, not %r' % member_ports)
+        if self.etcd_members == 1:
+            self.etcd_member_ports = []
+        elif len(self.etcd_member_ports) != self.etcd_members or not all(
+                1024 < p < 65535 for p in self.etcd_member_ports):
+            raise StackError('STACK_ETCD_MEMBER_PORTS: %d ports in '
+                             '1025-65534 for %d members' % (
+                                 self.etcd_members, self.etcd_members))
         self.volume_services = getattr(
             args, 'volume_services', None) or _int_env(
             'STACK_VOLUME_SERVICES', 1)
@@ -322,6 +347,7 @@ class Stack(object):
                 'backends': s.backends, 'venv': s.venv,
                 'db': s.db, 'db_port': s.db_port,
                 'coordination': s.coordination, 'etcd_port': s.etcd_port,
+                'etcd_member_ports': s.etcd_member_ports,
                 'volume_services': s.volume_services,
                 'backup': s.backup,
                 'glance': s.glance, 'glance_port': s.glance_port,
@@ -458,6 +484,10 @@ def build_parser():
     up.add_argument('--coordination', choices=COORDINATION_KINDS,
                     help="tooz locks: files or a project-started etcd "
                          "[file]")
+    up.add_argument('--etcd-members', type=int, choices=(1, 3, 5),
+                    help='with --coordination etcd: members of the etcd '
+                         'cluster, behind an etcd gateway on the etcd '
+                         'port [1]')
     up.add_argument('--volume-services', type=int, metavar='N',
                     help='cinder-volume processes; several form one '
                          'cluster (active-active) [1]')

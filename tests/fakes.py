@@ -165,7 +165,7 @@ def free_tgtd_control_port(low=100, high=9999):
 
 
 def box_env(state, keystone=False, glance=False, db=None, nova=False,
-            ceph=False, etcd=False, horizon=False):
+            ceph=False, etcd=False, horizon=False, etcd_members=1):
     """The environment of a fresh ``tools/stack.sh`` box on free ports.
 
     Each port P has P+1 free too (rabbit, etcd and Ceph use a neighbour),
@@ -191,9 +191,13 @@ def box_env(state, keystone=False, glance=False, db=None, nova=False,
         flags['STACK_HORIZON'] = '1'
     if ceph:
         names.append('CEPH_MON')
+    members = ['ETCD_MEMBER_%d' % i for i in range(1, etcd_members + 1)
+               if etcd_members > 1]
     if etcd:
         names.append('ETCD')
         flags['STACK_COORDINATION'] = 'etcd'
+        flags['STACK_ETCD_MEMBERS'] = str(etcd_members)
+        names += members
     names = sorted(set(names))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(('OS_', 'CINDER'))}
@@ -203,6 +207,9 @@ def box_env(state, keystone=False, glance=False, db=None, nova=False,
     for name, port in zip(names, ports):
         # The monitor's msgr v1 port; v2 takes the one below.
         env['STACK_%s_PORT' % name] = str(port + (name == 'CEPH_MON'))
+    if etcd and members:
+        env['STACK_ETCD_MEMBER_PORTS'] = ','.join(
+            env.pop('STACK_%s_PORT' % m) for m in members)
     env['STACK_TGT_CONTROL_PORT'] = str(free_tgtd_control_port())
     return env
 

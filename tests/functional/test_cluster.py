@@ -13,8 +13,9 @@
 """Reliability on Cinder's own distributed engine, with real processes.
 
 One box for the module (``tools/stack.sh up --db mariadb --coordination
-etcd --volume-services 2``): MariaDB, etcd, RabbitMQ, tgtd and two
-``cinder-volume`` processes in one cluster serving the same tgt backend,
+etcd --etcd-members 3 --volume-services 2``): MariaDB, a 3-member etcd
+behind an etcd gateway, RabbitMQ, tgtd and two ``cinder-volume``
+processes in one cluster serving the same tgt backend,
 whose driver carries fault points (:mod:`tests.functional.faulty_driver`).
 A live qemu-io initiator holds every attached volume.
 
@@ -30,9 +31,16 @@ A live qemu-io initiator holds every attached volume.
   discarded, after the first block of the new image, after the whole
   image; reset, the re-run through the other service writes the image
   whole.
-* etcd stopped, before a force-detach or while one holds the lock (the
-  service paused by the fault hook): it fails clean (nothing torn down,
-  Cinder unchanged); etcd back, the re-run converges.
+* etcd unreachable (its gateway stopped), before a force-detach or while
+  one holds the lock (the service paused by the fault hook): it fails
+  clean (nothing torn down, Cinder unchanged); etcd back, the re-run
+  converges.  etcd's leader killed mid-flow: the flow finishes.  Its
+  quorum lost mid-flow (before the revoke, the fence, Cinder's database
+  update): the flow stops, Cinder unchanged; quorum back, it converges.
+* a lock's lease ended between a check and its act (the lease revoked in
+  etcd while the service is paused): a grant and a re-export at start-up
+  made after it are undone, so no host gets access another service's
+  checks could not see.
 * secrets: no CHAP, database or broker password in any log or output.
 
 stestr runs the module in one worker (``group_regex`` in .stestr.conf).
@@ -48,6 +56,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 
 import ddt
 import etcd3gw
@@ -57,6 +66,7 @@ from hypothesis import stateful
 from hypothesis import strategies
 import testtools
 
+from devbox.services import etcd as etcd_service
 from tests.support import cluster
 from tests.support import cutoff
 from tests.support import waiting
@@ -76,6 +86,20 @@ KILL_POINTS = (
 #: whole image written (Cinder has not yet set the status back).
 REIMAGE_POINTS = ('after:discard_volume', 'after:write',
                   'after:copy_image_to_volume')
+#: Where the force-detach pauses while etcd loses its quorum (before the
+#: revoke, the fence, Cinder's database update), and what the volume
+#: service logs then.
+QUORUM_LOST_LOGS = {
+    'after:RecordTeardownTask': 'volume {vol} is no longer confirmed by the '
+                                'lock service .*stopped before '
+                                'DisconnectLocalHostTask',
+    'after:RevokeHostAccessTask': 'volume {vol} is no longer confirmed by '
+                                  'the lock service .*stopped before '
+                                  'FenceClientsTask',
+    # The flow's last step done: only its release fails, and then Cinder's
+    # own remove_export cannot take the lock (ToozError).
+    'after:RemoveExportTask': 'Could not release lock .*forcedetach-{vol}',
+}
 PROPERTY_HOSTS = ('cluster-q1', 'cluster-q2')
 RACE_CASES = ('in_use_without_attachment', 'interrupted_force_detach')
 
@@ -392,10 +416,16 @@ class ClusterTestCase(testtools.TestCase):
 
     # -- the lock service fails ---------------------------------------------
 
-    def kill_etcd(self):
-        os.kill(self.box.record('etcd')['pid'], signal.SIGKILL)
-        waiting.wait_for(lambda: not self.box.alive('etcd'), 30, 'etcd to die')
-        self.addCleanup(lambda: self.box.alive('etcd') or self.box.up())
+    def kill_etcd(self, name='etcd'):
+        """SIGKILL etcd's process *name*; ``up`` starts it again after.
+
+        ``etcd``: the gateway Cinder talks to (etcd unreachable);
+        ``etcd-N``: a member.
+        """
+        os.kill(self.box.record(name)['pid'], signal.SIGKILL)
+        waiting.wait_for(lambda: not self.box.alive(name), 30,
+                         '%s to die' % name)
+        self.addCleanup(lambda: self.box.alive(name) or self.box.up())
 
     def assert_failed_clean(self, failed, vol_id, target, session, byte):
         """Nothing ran unlocked: the host keeps its access, Cinder agrees."""
@@ -435,26 +465,123 @@ class ClusterTestCase(testtools.TestCase):
         """
         vol_id, att_id, session = self.attached_volume('cluster-h1')
         target = self.box.target_of(vol_id)
-        faults = os.path.join(self.box.state, 'cinder', 'faults')
-        self.box.arm('pause after:RecordTeardownTask')
-        self.addCleanup(self.box.disarm)
-        result = {}
-        first = threading.Thread(target=lambda: result.update(
-            res=self.box.manage('volume', 'force-detach', vol_id)))
-        first.start()
-        waiting.wait_for(
-            lambda: glob.glob(os.path.join(faults, 'paused.*')), 120,
-            'a volume service to pause after RecordTeardownTask')
+        resume = self.paused_force_detach(vol_id, 'after:RecordTeardownTask')
         self.kill_etcd()
-        with open(os.path.join(faults, 'resume'), 'w'):
-            pass
-        first.join(300)
-
-        self.assert_failed_clean(result['res'], vol_id, target, session,
-                                 0x34)
+        self.assert_failed_clean(resume(), vol_id, target, session, 0x34)
         logs = ''.join(open(p).read() for p in glob.glob(
             os.path.join(self.box.state, 'logs', 'cinder-volume-*.log')))
         self.assertIn('stopped before DisconnectLocalHostTask', logs)
+        self.assert_rerun_converges_with_etcd_back(vol_id, session)
+
+    # -- a 3-member etcd: its leader killed, its quorum lost ------------------
+
+    def etcd_members(self):
+        """{process name: client URL} of the box's etcd members."""
+        host = self.box.info['host']
+        return {name: 'http://%s:%d' % (host, port)
+                for name, port in etcd_service.members(self.box.info)}
+
+    def etcd_leader(self):
+        """The process name of the member the others follow, or None."""
+        for name, url in self.etcd_members().items():
+            if not self.box.alive(name):
+                continue
+            try:
+                status = json.loads(urllib.request.urlopen(
+                    urllib.request.Request(
+                        url + '/v3/maintenance/status', data=b'{}',
+                        method='POST'), timeout=3).read())
+            except OSError:
+                continue
+            if status.get('leader') and status['leader'] == status.get(
+                    'header', {}).get('member_id'):
+                return name
+        return None
+
+    def run_until_paused(self, point, target, what):
+        """Arm ``pause <point>``; run *target* in a thread until it pauses.
+
+        Returns ``resume()``: the paused volume service goes on, and
+        *target* is waited for.
+        """
+        faults = os.path.join(self.box.state, 'cinder', 'faults')
+        self.box.arm('pause ' + point)
+        self.addCleanup(self.box.disarm)
+        run = threading.Thread(target=target)
+        run.start()
+        self.addCleanup(run.join, 300)
+        waiting.wait_for(
+            lambda: glob.glob(os.path.join(faults, 'paused.*')), 120, what)
+
+        def resume():
+            with open(os.path.join(faults, 'resume'), 'w'):
+                pass
+            run.join(300)
+            self.assertFalse(run.is_alive(), '%s: never ended' % what)
+        return resume
+
+    def paused_force_detach(self, vol_id, point):
+        """Our CLI's force-detach of *vol_id*, paused at *point*.
+
+        Returns ``resume()``, which returns the run's CompletedProcess.
+        """
+        result = {}
+        resume = self.run_until_paused(point, lambda: result.update(
+            res=self.box.manage('volume', 'force-detach', vol_id)),
+            'the force-detach to pause at %s' % point)
+
+        def finish():
+            resume()
+            return result['res']
+        return finish
+
+    def test_etcd_leader_killed_mid_flow_the_flow_goes_on(self):
+        """The etcd leader dies while a force-detach holds the lock.
+
+        The flow pauses once the teardown is recorded; the leader member
+        is SIGKILLed; the two others elect a new one.  etcd keeps leases
+        across a leader change and the gateway moves to a member that
+        answers, so the lock is still confirmed: the flow finishes, the
+        host is cut off, Cinder says available.
+        """
+        vol_id, att_id, session = self.attached_volume('cluster-h1')
+        resume = self.paused_force_detach(vol_id, 'after:RecordTeardownTask')
+        leader = self.etcd_leader()
+        self.assertIsNotNone(leader, 'no etcd leader before the fault')
+        self.kill_etcd(leader)
+        waiting.wait_for(lambda: self.etcd_leader() not in (None, leader),
+                         30, 'a new etcd leader')
+        done = resume()
+        self.assertEqual(0, done.returncode, done.stdout + done.stderr)
+        self.assert_detached(vol_id, session)
+        self.box.up()       # the member rejoins
+        self.assert_usable(vol_id)
+
+    @ddt.data(*QUORUM_LOST_LOGS)
+    def test_etcd_quorum_lost_mid_flow_fails_clean(self, point):
+        """Two of three etcd members die while a force-detach holds the lock.
+
+        Cinder's os-force_detach (our CLI) pauses before the revoke, before
+        the fence, before Cinder's database update: without a quorum etcd
+        confirms no lease, so the flow stops before its next step
+        (``LockLost``) or Cinder's next lock fails, and Cinder's database
+        is not changed; what was torn down stays torn down.  Quorum back,
+        the re-run converges.
+        """
+        vol_id, att_id, session = self.attached_volume('cluster-h1')
+        resume = self.paused_force_detach(vol_id, point)
+        survivor = sorted(self.etcd_members())[-1]
+        for name in sorted(self.etcd_members())[:-1]:
+            self.kill_etcd(name)
+        self.assertTrue(self.box.alive(survivor))
+        failed = resume()
+        self.assertNotEqual(0, failed.returncode, failed.stdout)
+        logs = ''.join(open(p).read() for p in glob.glob(os.path.join(
+            self.box.state, 'logs', 'cinder-volume-*.log')))
+        self.assertRegex(logs, QUORUM_LOST_LOGS[point].format(vol=vol_id))
+        self.assertEqual('in-use', self.box.volume(vol_id)['status'])
+        self.assertEqual(['attached'], [a['status'] for a in
+                                        self.box.attachments(vol_id)])
         self.assert_rerun_converges_with_etcd_back(vol_id, session)
 
     # -- a lease lost between the check and the act -------------------------
@@ -496,9 +623,6 @@ class ClusterTestCase(testtools.TestCase):
         h2 alone reaches the volume.
         """
         vol_id = self.box.create_volume()
-        faults = os.path.join(self.box.state, 'cinder', 'faults')
-        self.box.arm('pause before:grant')
-        self.addCleanup(self.box.disarm)
         result = {}
 
         def attach_q1():
@@ -506,12 +630,8 @@ class ClusterTestCase(testtools.TestCase):
                 result['q1'] = self.box.attach(vol_id, 'cluster-q1')
             except cluster.ApiError as err:
                 result['error'] = err
-        first = threading.Thread(target=attach_q1)
-        first.start()
-        self.addCleanup(first.join, 120)
-        waiting.wait_for(
-            lambda: glob.glob(os.path.join(faults, 'paused.*')), 60,
-            'a volume service to pause before granting q1')
+        resume = self.run_until_paused('before:grant', attach_q1,
+                                       'the grant of q1 to pause')
         self.end_lock_lease(vol_id)
         self.box.api('POST', '/volumes/%s/action' % vol_id,
                      {'os-reset_status': {'status': 'available'}})
@@ -521,10 +641,7 @@ class ClusterTestCase(testtools.TestCase):
         h2 = cluster.login(h2_data, 'cluster-h2')
         self.sessions.append(h2)
         cutoff.control_write(self, h2, 0x61)
-        with open(os.path.join(faults, 'resume'), 'w'):
-            pass
-        first.join(120)
-        self.assertFalse(first.is_alive(), 'the attach of q1 never ended')
+        resume()
 
         # q1 writes with what Cinder handed it or, if nothing, with the
         # volume's connection data (h2's: one CHAP account a volume): the
@@ -562,29 +679,23 @@ class ClusterTestCase(testtools.TestCase):
         lock (available: the export goes) and fails the re-export.
         """
         vol_id, att_id, session = self.attached_volume('cluster-h1')
-        faults = os.path.join(self.box.state, 'cinder', 'faults')
-        self.box.arm('pause before:ensure_export@' + vol_id)
-        self.addCleanup(self.box.disarm)
         victim = self.box.volume_services()[0]
-        pid = self.box.record(victim)['pid']
-        subprocess.run(['pkill', '-KILL', '-P', str(pid)], check=False)
-        os.kill(pid, signal.SIGKILL)
-        waiting.wait_for(lambda: not self.box.alive(victim), 30,
-                         '%s to die' % victim)
-        restart = threading.Thread(target=self.box.restart_dead)
-        restart.start()
-        self.addCleanup(restart.join, 180)
-        waiting.wait_for(
-            lambda: glob.glob(os.path.join(faults, 'paused.*')), 120,
+
+        def restart_victim():
+            pid = self.box.record(victim)['pid']
+            subprocess.run(['pkill', '-KILL', '-P', str(pid)], check=False)
+            os.kill(pid, signal.SIGKILL)
+            waiting.wait_for(lambda: not self.box.alive(victim), 30,
+                             '%s to die' % victim)
+            self.box.restart_dead()
+        resume = self.run_until_paused(
+            'before:ensure_export@' + vol_id, restart_victim,
             'the restarted service to pause before re-exporting')
         self.end_lock_lease(vol_id)
         detach = self.box.manage('volume', 'force-detach', vol_id)
         self.assertEqual(0, detach.returncode, detach.stdout + detach.stderr)
         self.assertEqual({}, self.box.target_of(vol_id))
-        with open(os.path.join(faults, 'resume'), 'w'):
-            pass
-        restart.join(180)
-        self.assertFalse(restart.is_alive(), 'the restart never ended')
+        resume()
 
         self.assertEqual('available', self.box.volume(vol_id)['status'])
         self.assert_cut_off(vol_id, session)

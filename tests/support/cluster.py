@@ -12,8 +12,8 @@
 
 """The two-service cluster box: its API client, its services, its faults.
 
-``tools/stack.sh up --db mariadb --coordination etcd --volume-services
-2`` driven from Python (:class:`ClusterBox`), for
+``tools/stack.sh up --db mariadb --coordination etcd --etcd-members 3
+--volume-services 2`` driven from Python (:class:`ClusterBox`), for
 ``tests/functional/test_cluster.py``, ``tools/soak.py`` and
 ``tools/db_proof.py``.
 """
@@ -71,7 +71,7 @@ class ClusterBox(object):
                     # The tests and the soak create many volumes.
                     'quota_volumes = 200\nquota_gigabytes = 2000\n')
         self.env = fakes.box_env(self.state, glance=True, db='mariadb',
-                                 etcd=True)
+                                 etcd=True, etcd_members=3)
         self.env.update({
             'STACK_BACKENDS': 'tgt=' + DRIVER,
             'STACK_VOLUME_SERVICES': '2',

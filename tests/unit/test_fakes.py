@@ -52,6 +52,19 @@ class FreePortsTestCase(testtools.TestCase):
             self.assertNotIn(port + 1, ports)
             self.assertBindable('127.0.0.1', port + 1)
 
+    def test_a_box_with_etcd_members_gets_their_ports(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        self.useFixture(fixtures.MockPatchObject(
+            fakes, 'PORT_RESERVATIONS', os.path.join(tmp, 'reserved')))
+        env = fakes.box_env(os.path.join(tmp, 'box'), etcd=True,
+                            etcd_members=3)
+        members = [int(p) for p in env['STACK_ETCD_MEMBER_PORTS'].split(',')]
+        self.assertEqual('3', env['STACK_ETCD_MEMBERS'])
+        self.assertEqual(3, len(set(members)))
+        self.assertNotIn(int(env['STACK_ETCD_PORT']), members)
+        self.assertFalse([k for k in env if k.startswith('STACK_ETCD_MEMBER_')
+                          and k.endswith('_PORT')])
+
     def test_boxes_never_share_a_port(self):
         """Ports picked at once for two boxes: disjoint, until one goes."""
         tmp = self.useFixture(fixtures.TempDir()).path

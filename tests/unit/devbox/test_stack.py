@@ -149,3 +149,47 @@ class BackupTestCase(testtools.TestCase):
         copy = os.path.join(state, 'backup-etc-ceph',
                             'ceph.client.cinder.keyring')
         self.assertEqual(0o600, os.stat(copy).st_mode & 0o777)
+
+
+class EtcdMembersTestCase(testtools.TestCase):
+
+    def settings(self, **env):
+        with mock.patch.dict(os.environ, env, clear=True):
+            return stack.Settings(argparse.Namespace(state_dir=None))
+
+    def test_one_member_by_default(self):
+        s = self.settings(STACK_COORDINATION='etcd')
+        self.assertEqual([], s.etcd_member_ports)
+        order = services.process_order({'coordination': 'etcd',
+                                        'etcd_member_ports': []})
+        self.assertIn('etcd', order)
+        self.assertNotIn('etcd-1', order)
+
+    def test_three_members_behind_a_gateway(self):
+        s = self.settings(STACK_COORDINATION='etcd', STACK_ETCD_MEMBERS='3',
+                          STACK_ETCD_PORT='24000',
+                          STACK_ETCD_MEMBER_PORTS='24100,24200,24300')
+        self.assertEqual([24100, 24200, 24300], s.etcd_member_ports)
+        info = {'coordination': 'etcd', 'etcd_port': 24000,
+                'etcd_member_ports': s.etcd_member_ports}
+        order = services.process_order(info)
+        # The members first, the gateway Cinder talks to after them.
+        self.assertEqual(['etcd-1', 'etcd-2', 'etcd-3', 'etcd'],
+                         [n for n in order if n.startswith('etcd')])
+        self.assertEqual({'etcd': [24000], 'etcd-1': [24100, 24101],
+                          'etcd-2': [24200, 24201],
+                          'etcd-3': [24300, 24301]},
+                         services.registry()['etcd'].ports(info))
+        # Without ports given, the ones above the etcd port.
+        self.assertEqual([24002, 24004, 24006], self.settings(
+            STACK_ETCD_MEMBERS='3', STACK_ETCD_PORT='24000').etcd_member_ports)
+
+    def test_an_even_count_or_wrong_ports_are_refused(self):
+        self.assertRaises(stack.StackError, self.settings,
+                          STACK_ETCD_MEMBERS='2')
+        self.assertRaises(stack.StackError, self.settings,
+                          STACK_ETCD_MEMBERS='3',
+                          STACK_ETCD_MEMBER_PORTS='24100,24200')
+        self.assertRaises(stack.StackError, self.settings,
+                          STACK_ETCD_MEMBERS='3',
+                          STACK_ETCD_MEMBER_PORTS='24100,x,24300')
