@@ -457,7 +457,7 @@ class ForceDetachMixin(object):
         still confirms the lock after it (see
         :meth:`_initialize_connection_locked`); otherwise another service
         may have torn the volume down meanwhile, and what this one exported
-        is judged again under the lock taken anew (:meth:`_undo_export`)
+        is judged again under the lock taken anew (:meth:`_judge_again`)
         before the call fails.
         """
         with locks.held(volume.id) as lock:
@@ -473,36 +473,45 @@ class ForceDetachMixin(object):
             model = self.ensure_export_unlocked(context, volume)
             if locks.lock_is_ours(lock):
                 return model
-        self._undo_export(context, volume.id)
+        self._judge_again(context, volume.id)
         raise fd_exception.LockLost(
             volume_id=volume.id, step='handing the re-export back (judged '
             'again)', reason='lease lost during the re-export')
 
-    def _undo_export(self, context: cinder_context.RequestContext,
+    def _judge_again(self, context: cinder_context.RequestContext,
                      volume_id: str) -> None:
-        """Judge again, under the lock, an export made without it.
+        """Judge again, under the lock taken anew, access given without it.
 
         The volume as read now: not in-use, the export goes (unless a live
         attachment uses it: the driver's ``remove_export``); in-use, every
-        host on it that no live attachment explains is revoked.
+        host on it that no live attachment explains is revoked.  Where the
+        lock cannot be had now, nor could another service have had it to
+        tear anything down; the reconciler judges the volume later.
         """
-        with locks.held(volume_id):
-            try:
-                volume = objects.Volume.get_by_id(context, volume_id)
-            except exception.VolumeNotFound:
-                return
-            LOG.warning('Volume %(vol)s was re-exported after its lock was '
-                        'lost; judged again now that it is %(status)s.',
-                        {'vol': volume_id, 'status': volume.status})
-            if volume.status != 'in-use':
-                self.remove_export_unlocked(context, volume)
-                return
-            holders = self.volume_holders(volume) if self.audit_grants else []
-            live = [a.connector for a in volume.volume_attachment or ()
-                    if fd_attachments.is_live(a) and a.connector]
-            for connector in grant_fence.unique_connectors(
-                    grant_fence.unexplained(holders or [], live)):
-                self.revoke_host_access(volume, connector)
+        try:
+            with locks.held(volume_id):
+                try:
+                    volume = objects.Volume.get_by_id(context, volume_id)
+                except exception.VolumeNotFound:
+                    return
+                LOG.warning('Volume %(vol)s got access granted after its '
+                            'lock was lost; judged again now that it is '
+                            '%(status)s.', {'vol': volume_id,
+                                            'status': volume.status})
+                if volume.status != 'in-use':
+                    self.remove_export_unlocked(context, volume)
+                    return
+                holders = (self.volume_holders(volume) if self.audit_grants
+                           else [])
+                live = [a.connector for a in volume.volume_attachment or ()
+                        if fd_attachments.is_live(a) and a.connector]
+                for connector in grant_fence.unique_connectors(
+                        grant_fence.unexplained(holders or [], live)):
+                    self.revoke_host_access(volume, connector)
+        except Exception:
+            LOG.exception('Volume %s: access granted after its lock was lost '
+                          'could not be judged again; the reconciler cuts '
+                          'what no live attachment explains.', volume_id)
 
     def _check_grant(self, volume: objects.Volume,
                      connector: Optional[dict[str, Any]]
@@ -708,32 +717,53 @@ class ForceDetachMixin(object):
         on the attachment (so an RBD attachment gets the monitors' current
         addresses, an iSCSI one the current portal), stores the result on
         the attachment, flattened as Cinder stores it, and returns it.
-        Under the volume's force-detach lock, so it never races one.
+        Under the volume's force-detach lock, so it never races one: the
+        attachment is read again under it (a force-detach may have ended
+        it since the caller read it), and a lease lost meanwhile fails the
+        call after the volume's access is judged again
+        (:meth:`_judge_again`).
         """
-        if not attachment.connector or not fd_attachments.is_live(
-                attachment):
-            raise exception.InvalidInput(reason=_(
-                'attachment %(att)s has no live connection to refresh '
-                '(status %(status)s, connector %(conn)s)') % {
-                    'att': attachment.id,
-                    'status': attachment.attach_status,
-                    'conn': 'set' if attachment.connector else 'none'})
         volume = objects.Volume.get_by_id(context, attachment.volume_id)
-        self.validate_connector(attachment.connector)
-        with locks.held(volume.id):
+        with locks.held(volume.id) as lock:
+            try:
+                attachment = objects.VolumeAttachment.get_by_id(
+                    context, attachment.id)
+            except exception.VolumeAttachmentNotFound:
+                raise _nothing_to_refresh(attachment, 'deleted')
+            if not attachment.connector or not fd_attachments.is_live(
+                    attachment):
+                raise _nothing_to_refresh(attachment,
+                                          attachment.attach_status)
+            self.validate_connector(attachment.connector)
             new = self.initialize_connection_unlocked(volume,
                                                       attachment.connector)
-            info = dict(new.get('data') or {})
-            old = attachment.connection_info or {}
-            for key in self.MANAGER_CONNECTION_KEYS:
-                if key not in info and key in old:
-                    info[key] = old[key]
-            info['driver_volume_type'] = new['driver_volume_type']
-            info['attachment_id'] = attachment.id
-            attachment.connection_info = info
-            attachment.save()
+            confirmed = locks.lock_is_ours(lock)
+            if confirmed:
+                info = dict(new.get('data') or {})
+                old = attachment.connection_info or {}
+                for key in self.MANAGER_CONNECTION_KEYS:
+                    if key not in info and key in old:
+                        info[key] = old[key]
+                info['driver_volume_type'] = new['driver_volume_type']
+                info['attachment_id'] = attachment.id
+                attachment.connection_info = info
+                attachment.save()
+        if not confirmed:
+            self._judge_again(context, volume.id)
+            raise fd_exception.LockLost(
+                volume_id=volume.id, step='storing the refreshed connection '
+                '(judged again)', reason='lease lost during the refresh')
         LOG.info('Refreshed connection_info of attachment %(att)s of volume '
                  '%(vol)s (%(type)s).', {'att': attachment.id,
                                          'vol': volume.id,
                                          'type': info['driver_volume_type']})
         return info
+
+
+def _nothing_to_refresh(attachment: objects.VolumeAttachment,
+                        status: str) -> exception.InvalidInput:
+    return exception.InvalidInput(reason=_(
+        'attachment %(att)s has no live connection to refresh (status '
+        '%(status)s, connector %(conn)s)') % {
+            'att': attachment.id, 'status': status,
+            'conn': 'set' if attachment.connector else 'none'})

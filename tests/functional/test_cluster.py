@@ -705,6 +705,42 @@ class ClusterTestCase(testtools.TestCase):
                 self.box.state, 'logs', 'cinder-volume-*.log'))))
         self.assert_usable(vol_id)
 
+    def test_lease_lost_during_a_refresh_grants_nothing_again(self):
+        """An attachment refresh made after its lock expired is undone.
+
+        ``cinder-forcedetach attachment refresh`` of h1's attachment pauses
+        (``before:grant``) once it has read the attachment again under the
+        lock (live); the lease ends; the operator force-detaches h1 through
+        Cinder meanwhile (revoke, export removed, Cinder ``available``).
+        Resumed, the refresh made h1's target and ACL again: h1's
+        initiator logged back in and wrote to a volume Cinder calls
+        available.  Now the refresh sees the lock is no longer its own,
+        judges the volume again under a new lock (available: the export
+        goes) and fails.
+        """
+        vol_id, att_id, session = self.attached_volume('cluster-h1')
+        result = {}
+        resume = self.run_until_paused(
+            'before:grant@' + vol_id, lambda: result.update(
+                res=self.box.manage(
+                    'attachment', 'refresh', att_id, '--config-file',
+                    os.path.join(self.box.state, 'cinder.conf'))),
+            'the refresh to pause before its grant')
+        self.end_lock_lease(vol_id)
+        detach = self.box.manage('volume', 'force-detach', vol_id)
+        self.assertEqual(0, detach.returncode, detach.stdout + detach.stderr)
+        self.box.wait_volume(vol_id, 'available')
+        self.assertEqual({}, self.box.target_of(vol_id))
+        resume()
+
+        self.assertEqual('available', self.box.volume(vol_id)['status'])
+        self.assert_cut_off(vol_id, session)
+        self.assertEqual({}, self.box.target_of(vol_id))
+        refresh = result['res']
+        self.assertNotEqual(0, refresh.returncode, refresh.stdout)
+        self.assertIn('lease lost during the refresh', refresh.stderr)
+        self.assert_usable(vol_id)
+
     # -- a stateful property test -------------------------------------------
 
     def test_random_sequences_keep_the_invariant(self):

@@ -16,6 +16,7 @@ import copy
 import types
 from unittest import mock
 
+from cinder import exception
 import fixtures
 import testtools
 
@@ -357,3 +358,77 @@ class ReexportUnderLockTestCase(testtools.TestCase):
                           'ctxt', self.volume)
         self.driver.revoke_host_access.assert_called_once_with(fresh, a)
         self.driver.remove_export_unlocked.assert_not_called()
+
+
+class RefreshUnderLockTestCase(testtools.TestCase):
+    """An attachment's refresh decides under the lock, on a fresh read."""
+
+    def setUp(self):
+        super(RefreshUnderLockTestCase, self).setUp()
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'volume_lock', return_value=mock.MagicMock()))
+        self.ours = self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'lock_is_ours', return_value=True)).mock
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.objects.Volume, 'get_by_id',
+            return_value=types.SimpleNamespace(id='vol', status='in-use',
+                                               volume_attachment=[])))
+        self.driver = Driver()
+        self.driver.initialize_connection_unlocked = mock.Mock(
+            return_value={'driver_volume_type': 'iscsi', 'data': {}})
+        self.driver.validate_connector = mock.Mock()
+        self.judge = self.useFixture(fixtures.MockPatchObject(
+            self.driver, '_judge_again')).mock
+        self.stale = fakes.attachment('att', fakes.CONNECTOR_A)
+        self.stale.volume_id = 'vol'
+        self.fresh = mock.Mock(id='att', connector=fakes.CONNECTOR_A,
+                               attach_status='attached', connection_info={})
+        self.get = self.useFixture(fixtures.MockPatchObject(
+            mixin.objects.VolumeAttachment, 'get_by_id',
+            return_value=self.fresh)).mock
+
+    def test_stored_on_the_attachment_read_under_the_lock(self):
+        info = self.driver.refresh_connection_info('ctxt', self.stale)
+        self.get.assert_called_once_with('ctxt', 'att')
+        self.fresh.save.assert_called_once_with()
+        self.assertEqual(info, self.fresh.connection_info)
+        self.judge.assert_not_called()
+
+    def test_ended_meanwhile_nothing_is_granted(self):
+        self.fresh.attach_status = 'detached'
+        err = self.assertRaises(exception.InvalidInput,
+                                self.driver.refresh_connection_info, 'ctxt',
+                                self.stale)
+        self.assertIn('status detached', str(err))
+        self.get.side_effect = exception.VolumeAttachmentNotFound(
+            filter='att')
+        err = self.assertRaises(exception.InvalidInput,
+                                self.driver.refresh_connection_info, 'ctxt',
+                                self.stale)
+        self.assertIn('status deleted', str(err))
+        self.driver.initialize_connection_unlocked.assert_not_called()
+
+    def test_lease_lost_judged_again_nothing_stored(self):
+        self.ours.return_value = False
+        err = self.assertRaises(fd_exception.LockLost,
+                                self.driver.refresh_connection_info, 'ctxt',
+                                self.stale)
+        self.assertIn('lease lost during the refresh', str(err))
+        self.judge.assert_called_once_with('ctxt', 'vol')
+        self.fresh.save.assert_not_called()
+
+
+class JudgeAgainTestCase(testtools.TestCase):
+
+    def test_lock_service_still_down_leaves_it_to_the_reconciler(self):
+        lock = mock.Mock(**{'acquire.side_effect': OSError('etcd down')})
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'volume_lock', return_value=lock))
+        driver = Driver()
+        driver.revoke_host_access = mock.Mock()
+        driver.remove_export_unlocked = mock.Mock()
+        log = self.useFixture(fixtures.FakeLogger())
+        driver._judge_again('ctxt', 'vol')
+        self.assertIn('the reconciler cuts', log.output)
+        driver.revoke_host_access.assert_not_called()
+        driver.remove_export_unlocked.assert_not_called()
