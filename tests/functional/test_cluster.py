@@ -685,9 +685,7 @@ class ClusterTestCase(testtools.TestCase):
             pid = self.box.record(victim)['pid']
             subprocess.run(['pkill', '-KILL', '-P', str(pid)], check=False)
             os.kill(pid, signal.SIGKILL)
-            waiting.wait_for(lambda: not self.box.alive(victim), 30,
-                             '%s to die' % victim)
-            self.box.restart_dead()
+            self.box.restart_dead(killed=pid)
         resume = self.run_until_paused(
             'before:ensure_export@' + vol_id, restart_victim,
             'the restarted service to pause before re-exporting')
