@@ -260,3 +260,53 @@ class RunTestsScriptTestCase(testtools.TestCase):
                          '0 expected failures; pep8: not run',
                          closing)
         self.assertNotEqual(0, rc)
+
+    def _stand_ins(self, tempest_exit):
+        """tools/run_tempest.py and tools/benchmark-smoke.sh stand-ins.
+
+        The benchmarks wait for a mark tempest's stand-in leaves when it
+        starts: they pass only if tempest started before them.
+        """
+        self._write('tools/run_tempest.py', '''
+            import os
+            import sys
+            open('tempest-started', 'w').close()
+            print('tempest[tgt]: ran 2, passed 2, skipped 0, failed 0')
+            print('tempest: ran 2, passed 2, skipped 0, failed 0 (1 s)')
+            sys.exit(%d)
+        ''' % tempest_exit)
+        self._write('tools/benchmark-smoke.sh', '''
+            #!/bin/bash
+            for _ in $(seq 100); do
+                [ -e tempest-started ] && break
+                sleep 0.1
+            done
+            if [ -e tempest-started ]; then
+                echo "benchmarks: 1 ran, 0 failed"
+            else
+                echo "benchmarks: 1 ran, 1 failed"; exit 1
+            fi
+        ''')
+        os.chmod(os.path.join(self.project, 'tools', 'benchmark-smoke.sh'),
+                 0o755)
+        self._write('tests/unit/test_a.py', PASSING)
+        self._write('tests/functional/test_b.py', PASSING)
+
+    def test_tempest_runs_beside_the_benchmarks_its_output_after(self):
+        self._stand_ins(tempest_exit=0)
+        rc, closing, out = self._run(SKIP_PEP8='1')
+        self.assertEqual('tests: 3 passed, 0 failed, 0 skipped, '
+                         '1 expected failures; pep8: not run; benchmarks: 1 '
+                         'ran, 0 failed; tempest: ran 2, passed 2, skipped 0,'
+                         ' failed 0', closing)
+        self.assertEqual(0, rc)
+        self.assertLess(out.index('benchmarks: 1 ran'),
+                        out.index('tempest[tgt]: ran 2'))
+        self.assertRegex(out, r'stages: .*benchmarks \d+ s, tempest '
+                              r'\(beside the benchmarks\) \d+ s')
+
+    def test_tempest_failure_fails_the_run(self):
+        self._stand_ins(tempest_exit=1)
+        rc, closing, out = self._run(SKIP_PEP8='1')
+        self.assertTrue(closing.endswith('; tempest: FAILED'), closing)
+        self.assertNotEqual(0, rc)
