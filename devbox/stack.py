@@ -66,7 +66,8 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
 ``STACK_KEYSTONE``         1: Keystone auth instead of noauth [0]
 ``STACK_KEYSTONE_PORT``    keystone-api port [15000]
 ``STACK_BACKUP``           1: also run cinder-backup with Cinder's POSIX
-                           driver, backups under ``STATE/backups`` (a
+                           driver, backups under ``STATE/backups``
+                           compressed with zstd (a
                            backup attaches its volume on this host
                            through os-brick: RBD volumes in userspace
                            through librbd; iSCSI ones would need the
