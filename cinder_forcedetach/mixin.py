@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
+import time
 import types
 from typing import (Any, Callable, Iterable, Optional, Protocol,
                     Sequence, TYPE_CHECKING)
@@ -424,7 +426,106 @@ class ForceDetachMixin(object):
                     volume_id=volume.id, step='handing the grant to host '
                     '%s (revoked)' % connector.get('host'),
                     reason='lease lost during the grant')
-            return info
+        if fresh is not None and self._grant_pending(fresh, connector):
+            threading.Thread(target=self._confirm_grant, daemon=True,
+                             args=(volume.id, connector)).start()
+        return info
+
+    #: How long a grant waits for Cinder to record its host's connector on
+    #: the attachment (Cinder does right after the grant returns).
+    grant_confirm_seconds = 120.0
+    grant_confirm_interval = 0.5
+
+    def _grant_pending(self, fresh: objects.Volume,
+                       connector: dict[str, Any]) -> bool:
+        """Whether this grant is for an attachment Cinder has not recorded.
+
+        Cinder's attachment update (API 3.27+) writes the host's connector
+        on the attachment only after the grant returns.  An attachment
+        delete that comes first skips the backend (no connector: nothing
+        to terminate) and the update then fails on the deleted row: the
+        grant would stay, explained by no attachment.  So a grant to a
+        remote host made while a live attachment has no connector yet is
+        confirmed afterwards (:meth:`_confirm_grant`); the host's own
+        connections (image copy, backup) and the legacy attach (its
+        attachment row comes later, with ``os-attach``) are left alone.
+        """
+        host = connector.get('host')
+        if not host or host in self.local_host_names():
+            return False
+        live = [a for a in fresh.volume_attachment or ()
+                if fd_attachments.is_live(a)]
+        return (any(not a.connector for a in live) and
+                not any(fd_attachments.same_host(a.connector, connector)
+                        for a in live if a.connector))
+
+    @staticmethod
+    def _host_attachments(volume: objects.Volume,
+                          connector: dict[str, Any]
+                          ) -> list[objects.VolumeAttachment]:
+        """Live attachments that are, or may be, *connector*'s host's."""
+        return [a for a in volume.volume_attachment or ()
+                if fd_attachments.is_live(a) and (
+                    not a.connector or
+                    fd_attachments.same_host(a.connector, connector))]
+
+    def _confirm_grant(self, volume_id: str,
+                       connector: dict[str, Any]) -> None:
+        """Revoke a grant whose attachment Cinder deleted unrecorded.
+
+        Polls Cinder's database until an attachment of the host carries
+        its connector (the grant is that attachment's), or no live
+        attachment may be the host's any more: the host is then revoked
+        under the volume's lock, and an ``available`` volume loses its
+        export.  Anything else after :attr:`grant_confirm_seconds` is left
+        to the reconciler.
+        """
+        context = cinder_context.get_admin_context()
+        deadline = time.monotonic() + self.grant_confirm_seconds
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    volume = objects.Volume.get_by_id(context, volume_id)
+                except exception.VolumeNotFound:
+                    return
+                mine = self._host_attachments(volume, connector)
+                if any(a.connector for a in mine):
+                    return
+                if not mine:
+                    self._revoke_unrecorded_grant(context, volume_id,
+                                                  connector)
+                    return
+                time.sleep(self.grant_confirm_interval)
+            LOG.warning('Volume %(vol)s: host %(host)s was granted access '
+                        'for an attachment Cinder has not recorded after '
+                        '%(s)d s; the reconciler judges it.',
+                        {'vol': volume_id, 'host': connector.get('host'),
+                         's': self.grant_confirm_seconds})
+        except Exception:
+            LOG.exception('Volume %(vol)s: the grant to host %(host)s could '
+                          'not be confirmed; the reconciler cuts it if no '
+                          'live attachment explains it.',
+                          {'vol': volume_id, 'host': connector.get('host')})
+
+    def _revoke_unrecorded_grant(self, context: cinder_context.RequestContext,
+                                 volume_id: str,
+                                 connector: dict[str, Any]) -> None:
+        with locks.held(volume_id):
+            try:
+                volume = objects.Volume.get_by_id(context, volume_id)
+            except exception.VolumeNotFound:
+                return
+            if self._host_attachments(volume, connector):
+                return      # attached again meanwhile
+            LOG.warning('Volume %(vol)s: host %(host)s was granted access '
+                        'for an attachment Cinder deleted before recording '
+                        'it; revoking the host.',
+                        {'vol': volume_id, 'host': connector.get('host')})
+            self.revoke_host_access(volume, connector)
+            if volume.status == 'available' and not any(
+                    fd_attachments.is_live(a)
+                    for a in volume.volume_attachment or ()):
+                self.remove_export_unlocked(context, volume)
 
     def _undo_grant(self, volume: objects.Volume,
                     connector: dict[str, Any]) -> None:

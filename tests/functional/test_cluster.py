@@ -665,6 +665,44 @@ class ClusterTestCase(testtools.TestCase):
             open(p).read() for p in glob.glob(os.path.join(
                 self.box.state, 'logs', 'cinder-volume-*.log'))))
 
+    def test_attachment_deleted_before_its_grant_is_recorded_keeps_none(self):
+        """Cinder's own race, closed: a delete between a grant and its record.
+
+        Cinder's attachment update grants the host, then writes the host's
+        connector on the attachment; an attachment delete in between finds
+        no connector, skips the backend, and the update then fails on the
+        deleted row.  Paused there (fault hook ``after:initialize_
+        connection``), q1's attachment is deleted through the API.  Without
+        the grant's confirmation (``_confirm_grant``), q1 stayed on the ACL
+        of a volume Cinder calls available (the audit's ``leaked_export``,
+        seen after the 50-call storm in a clean-clone run); now q1 is
+        revoked and the export goes.
+        """
+        vol_id = self.box.create_volume()
+        result = {}
+
+        def attach_q1():
+            try:
+                result['q1'] = self.box.attach(vol_id, 'cluster-q1')
+            except cluster.ApiError as err:
+                result['error'] = err
+        resume = self.run_until_paused(
+            'after:initialize_connection', attach_q1,
+            'the grant of q1 to pause before Cinder records it')
+        # The control: q1 was granted, its attachment not recorded yet.
+        self.assertEqual([{cluster.IQN + 'cluster-q1'}],
+                         list(self.box.target_of(vol_id).values()))
+        (att,) = self.box.attachments(vol_id)
+        self.box.api('DELETE', '/attachments/%s' % att['id'])
+        resume()
+        self.assertNotIn('q1', result, 'Cinder handed q1 the connection')
+        self.assertEqual('available', self.box.volume(vol_id)['status'])
+        waiting.wait_for(lambda: not self.box.target_of(vol_id), 30,
+                         'the unrecorded grant of q1 to go')
+        self.assertIn('deleted before recording it; revoking the host',
+                      ''.join(open(p).read() for p in glob.glob(os.path.join(
+                          self.box.state, 'logs', 'cinder-volume-*.log'))))
+
     def test_lease_lost_during_the_reexport_grants_nothing_again(self):
         """A re-export at start-up made after its lock expired is undone.
 

@@ -304,6 +304,105 @@ class GrantUnderLockTestCase(testtools.TestCase):
         self.ours.assert_not_called()
 
 
+class UnrecordedGrantTestCase(testtools.TestCase):
+    """A grant whose attachment Cinder deleted before recording it goes.
+
+    Cinder writes the host's connector on the attachment only after the
+    grant; a delete in between skips the backend, and the update then
+    fails: the host would keep access that no attachment explains.  Seen
+    as a ``leaked_export`` after the 50-call storm of
+    ``tests/functional/test_cluster.py``.
+    """
+
+    CONNECTOR = {'host': 'compute1', 'initiator': 'iqn.2026-11.org.ex:c1'}
+
+    def setUp(self):
+        super(UnrecordedGrantTestCase, self).setUp()
+        self.lock = mock.MagicMock()
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'volume_lock', return_value=self.lock))
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'lock_is_ours', return_value=True))
+        self.thread = self.useFixture(fixtures.MockPatchObject(
+            mixin.threading, 'Thread')).mock
+        self.useFixture(fixtures.MockPatchObject(mixin.time, 'sleep'))
+        self.driver = Driver()
+        self.driver.revoke_host_access = mock.Mock(return_value=False)
+        self.driver.remove_export_unlocked = mock.Mock()
+        self.reads = []
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.objects.Volume, 'get_by_id',
+            side_effect=lambda ctxt, vol_id: self.reads.pop(0)))
+
+    @staticmethod
+    def att(connector=None, status='reserved'):
+        return types.SimpleNamespace(attach_status=status,
+                                     connector=connector)
+
+    def volume(self, *atts, status='reserved'):
+        return types.SimpleNamespace(id='vol', status=status,
+                                     volume_attachment=list(atts))
+
+    def grant(self, fresh, connector=None):
+        self.driver._check_grant = mock.Mock(return_value=fresh)
+        self.driver.initialize_connection(fresh, connector or self.CONNECTOR)
+
+    def test_a_pending_attachment_starts_the_watch(self):
+        self.grant(self.volume(self.att()))
+        self.thread.assert_called_once_with(
+            target=self.driver._confirm_grant, daemon=True,
+            args=('vol', self.CONNECTOR))
+
+    def test_no_watch_where_nothing_is_pending(self):
+        # recorded already (a second attachment of the host), the legacy
+        # attach (no attachment row yet), the service's own host
+        self.grant(self.volume(self.att(), self.att(dict(self.CONNECTOR),
+                                                    'attached')))
+        self.grant(self.volume())
+        self.grant(self.volume(self.att()), dict(
+            self.CONNECTOR, host=sorted(self.driver.local_host_names())[0]))
+        self.thread.assert_not_called()
+
+    def test_recorded_connector_confirms_the_grant(self):
+        self.reads = [self.volume(self.att()),
+                      self.volume(self.att(dict(self.CONNECTOR),
+                                           'attaching'))]
+        self.driver._confirm_grant('vol', self.CONNECTOR)
+        self.assertEqual([], self.reads)
+        self.driver.revoke_host_access.assert_not_called()
+
+    def test_deleted_attachment_revokes_the_host_and_the_export(self):
+        gone = self.volume(self.att(status='deleted'), status='available')
+        self.reads = [self.volume(self.att()), gone, gone]
+        self.driver._confirm_grant('vol', self.CONNECTOR)
+        self.driver.revoke_host_access.assert_called_once_with(
+            gone, self.CONNECTOR)
+        self.driver.remove_export_unlocked.assert_called_once_with(
+            mock.ANY, gone)
+        self.lock.acquire.assert_called_once_with(blocking=True)
+
+    def test_in_use_volume_keeps_its_export(self):
+        other = self.att({'host': 'compute2', 'initiator': 'iqn.x:c2'},
+                         'attached')
+        in_use = self.volume(other, status='in-use')
+        self.reads = [in_use, in_use]
+        self.driver._confirm_grant('vol', self.CONNECTOR)
+        self.driver.revoke_host_access.assert_called_once_with(
+            in_use, self.CONNECTOR)
+        self.driver.remove_export_unlocked.assert_not_called()
+
+    def test_attached_again_under_the_lock_keeps_access(self):
+        self.reads = [self.volume(status='available'),
+                      self.volume(self.att())]
+        self.driver._confirm_grant('vol', self.CONNECTOR)
+        self.driver.revoke_host_access.assert_not_called()
+
+    def test_never_recorded_is_left_to_the_reconciler(self):
+        self.driver.grant_confirm_seconds = 0.0
+        self.driver._confirm_grant('vol', self.CONNECTOR)
+        self.driver.revoke_host_access.assert_not_called()
+
+
 class ReexportUnderLockTestCase(testtools.TestCase):
     """A re-export is handed back only while the lock is confirmed.
 
