@@ -426,9 +426,10 @@ class ForceDetachMixin(object):
                     volume_id=volume.id, step='handing the grant to host '
                     '%s (revoked)' % connector.get('host'),
                     reason='lease lost during the grant')
-        if fresh is not None and self._grant_pending(fresh, connector):
+        pending = self._grant_pending(fresh, connector) if fresh else []
+        if pending:
             threading.Thread(target=self._confirm_grant, daemon=True,
-                             args=(volume.id, connector)).start()
+                             args=(volume.id, connector, pending)).start()
         return info
 
     #: How long a grant waits for Cinder to record its host's connector on
@@ -437,8 +438,8 @@ class ForceDetachMixin(object):
     grant_confirm_interval = 0.5
 
     def _grant_pending(self, fresh: objects.Volume,
-                       connector: dict[str, Any]) -> bool:
-        """Whether this grant is for an attachment Cinder has not recorded.
+                       connector: dict[str, Any]) -> list[str]:
+        """The attachments this grant may be for, none recorded yet.
 
         Cinder's attachment update (API 3.27+) writes the host's connector
         on the attachment only after the grant returns.  An attachment
@@ -452,12 +453,13 @@ class ForceDetachMixin(object):
         """
         host = connector.get('host')
         if not host or host in self.local_host_names():
-            return False
+            return []
         live = [a for a in fresh.volume_attachment or ()
                 if fd_attachments.is_live(a)]
-        return (any(not a.connector for a in live) and
-                not any(fd_attachments.same_host(a.connector, connector)
-                        for a in live if a.connector))
+        if any(fd_attachments.same_host(a.connector, connector)
+               for a in live if a.connector):
+            return []
+        return [a.id for a in live if not a.connector]
 
     @staticmethod
     def _host_attachments(volume: objects.Volume,
@@ -469,29 +471,37 @@ class ForceDetachMixin(object):
                     not a.connector or
                     fd_attachments.same_host(a.connector, connector))]
 
-    def _confirm_grant(self, volume_id: str,
-                       connector: dict[str, Any]) -> None:
+    def _confirm_grant(self, volume_id: str, connector: dict[str, Any],
+                       pending: list[str]) -> None:
         """Revoke a grant whose attachment Cinder deleted unrecorded.
 
-        Polls Cinder's database until an attachment of the host carries
-        its connector (the grant is that attachment's), or no live
-        attachment may be the host's any more: the host is then revoked
-        under the volume's lock, and an ``available`` volume loses its
-        export.  Anything else after :attr:`grant_confirm_seconds` is left
-        to the reconciler.
+        Polls the *pending* attachments (deleted ones too) until one
+        carries the host's connector (the grant is that attachment's,
+        whatever happened to it since), or each has ended without it, or
+        carries another host's: then, unless a live attachment may be the
+        host's, the host is revoked under the volume's lock and an
+        ``available`` volume loses its export.  Anything else after
+        :attr:`grant_confirm_seconds` is left to the reconciler.
         """
         context = cinder_context.get_admin_context()
+        rows = context.elevated(read_deleted='yes')
         deadline = time.monotonic() + self.grant_confirm_seconds
         try:
             while time.monotonic() < deadline:
-                try:
-                    volume = objects.Volume.get_by_id(context, volume_id)
-                except exception.VolumeNotFound:
-                    return
-                mine = self._host_attachments(volume, connector)
-                if any(a.connector for a in mine):
-                    return
-                if not mine:
+                waiting = False
+                for att_id in pending:
+                    try:
+                        att = objects.VolumeAttachment.get_by_id(rows,
+                                                                 att_id)
+                    except exception.VolumeAttachmentNotFound:
+                        continue
+                    if att.connector:
+                        if fd_attachments.same_host(att.connector,
+                                                    connector):
+                            return
+                    elif fd_attachments.is_live(att) and not att.deleted:
+                        waiting = True
+                if not waiting:
                     self._revoke_unrecorded_grant(context, volume_id,
                                                   connector)
                     return

@@ -311,7 +311,8 @@ class UnrecordedGrantTestCase(testtools.TestCase):
     grant; a delete in between skips the backend, and the update then
     fails: the host would keep access that no attachment explains.  Seen
     as a ``leaked_export`` after the 50-call storm of
-    ``tests/functional/test_cluster.py``.
+    ``tests/functional/test_cluster.py``; proven there on real etcd and
+    tgtd (``test_attachment_deleted_before_its_grant_is_recorded_...``).
     """
 
     CONNECTOR = {'host': 'compute1', 'initiator': 'iqn.2026-11.org.ex:c1'}
@@ -329,15 +330,19 @@ class UnrecordedGrantTestCase(testtools.TestCase):
         self.driver = Driver()
         self.driver.revoke_host_access = mock.Mock(return_value=False)
         self.driver.remove_export_unlocked = mock.Mock()
-        self.reads = []
+        self.rows = []      # what each poll reads of attachment 'a1'
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.objects.VolumeAttachment, 'get_by_id',
+            side_effect=lambda ctxt, att_id: self.rows.pop(0)))
+        self.volume_now = None
         self.useFixture(fixtures.MockPatchObject(
             mixin.objects.Volume, 'get_by_id',
-            side_effect=lambda ctxt, vol_id: self.reads.pop(0)))
+            side_effect=lambda ctxt, vol_id: self.volume_now))
 
     @staticmethod
-    def att(connector=None, status='reserved'):
-        return types.SimpleNamespace(attach_status=status,
-                                     connector=connector)
+    def att(connector=None, status='reserved', deleted=False, att_id='a1'):
+        return types.SimpleNamespace(id=att_id, attach_status=status,
+                                     connector=connector, deleted=deleted)
 
     def volume(self, *atts, status='reserved'):
         return types.SimpleNamespace(id='vol', status=status,
@@ -351,55 +356,55 @@ class UnrecordedGrantTestCase(testtools.TestCase):
         self.grant(self.volume(self.att()))
         self.thread.assert_called_once_with(
             target=self.driver._confirm_grant, daemon=True,
-            args=('vol', self.CONNECTOR))
+            args=('vol', self.CONNECTOR, ['a1']))
 
     def test_no_watch_where_nothing_is_pending(self):
         # recorded already (a second attachment of the host), the legacy
         # attach (no attachment row yet), the service's own host
         self.grant(self.volume(self.att(), self.att(dict(self.CONNECTOR),
-                                                    'attached')))
+                                                    'attached', att_id='a0')))
         self.grant(self.volume())
         self.grant(self.volume(self.att()), dict(
             self.CONNECTOR, host=sorted(self.driver.local_host_names())[0]))
         self.thread.assert_not_called()
 
     def test_recorded_connector_confirms_the_grant(self):
-        self.reads = [self.volume(self.att()),
-                      self.volume(self.att(dict(self.CONNECTOR),
-                                           'attaching'))]
-        self.driver._confirm_grant('vol', self.CONNECTOR)
-        self.assertEqual([], self.reads)
+        # recorded, then ended by a reset: the grant was the attachment's
+        self.rows = [self.att(), self.att(dict(self.CONNECTOR), 'detached',
+                                          deleted=True)]
+        self.driver._confirm_grant('vol', self.CONNECTOR, ['a1'])
+        self.assertEqual([], self.rows)
         self.driver.revoke_host_access.assert_not_called()
 
-    def test_deleted_attachment_revokes_the_host_and_the_export(self):
-        gone = self.volume(self.att(status='deleted'), status='available')
-        self.reads = [self.volume(self.att()), gone, gone]
-        self.driver._confirm_grant('vol', self.CONNECTOR)
+    def test_deleted_unrecorded_revokes_the_host_and_the_export(self):
+        self.rows = [self.att(), self.att(status='detached', deleted=True)]
+        self.volume_now = self.volume(status='available')
+        self.driver._confirm_grant('vol', self.CONNECTOR, ['a1'])
         self.driver.revoke_host_access.assert_called_once_with(
-            gone, self.CONNECTOR)
+            self.volume_now, self.CONNECTOR)
         self.driver.remove_export_unlocked.assert_called_once_with(
-            mock.ANY, gone)
+            mock.ANY, self.volume_now)
         self.lock.acquire.assert_called_once_with(blocking=True)
 
     def test_in_use_volume_keeps_its_export(self):
-        other = self.att({'host': 'compute2', 'initiator': 'iqn.x:c2'},
-                         'attached')
-        in_use = self.volume(other, status='in-use')
-        self.reads = [in_use, in_use]
-        self.driver._confirm_grant('vol', self.CONNECTOR)
+        self.rows = [self.att(status='detached', deleted=True)]
+        self.volume_now = self.volume(
+            self.att({'host': 'compute2', 'initiator': 'iqn.x:c2'},
+                     'attached', att_id='a2'), status='in-use')
+        self.driver._confirm_grant('vol', self.CONNECTOR, ['a1'])
         self.driver.revoke_host_access.assert_called_once_with(
-            in_use, self.CONNECTOR)
+            self.volume_now, self.CONNECTOR)
         self.driver.remove_export_unlocked.assert_not_called()
 
     def test_attached_again_under_the_lock_keeps_access(self):
-        self.reads = [self.volume(status='available'),
-                      self.volume(self.att())]
-        self.driver._confirm_grant('vol', self.CONNECTOR)
+        self.rows = [self.att(status='detached', deleted=True)]
+        self.volume_now = self.volume(self.att(att_id='a3'))
+        self.driver._confirm_grant('vol', self.CONNECTOR, ['a1'])
         self.driver.revoke_host_access.assert_not_called()
 
     def test_never_recorded_is_left_to_the_reconciler(self):
         self.driver.grant_confirm_seconds = 0.0
-        self.driver._confirm_grant('vol', self.CONNECTOR)
+        self.driver._confirm_grant('vol', self.CONNECTOR, ['a1'])
         self.driver.revoke_host_access.assert_not_called()
 
 
