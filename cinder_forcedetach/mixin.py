@@ -644,10 +644,7 @@ class ForceDetachMixin(object):
             return fresh    # no remote host named: not a grant to one
         if fresh.status != 'available':
             return fresh
-        if any(fd_attachments.is_live(a) and (
-                not a.connector or
-                fd_attachments.same_host(a.connector, connector))
-               for a in fresh.volume_attachment):
+        if self._host_attachments(fresh, connector):
             return fresh
         LOG.warning('Volume %(vol)s: refusing access to host %(host)s: the '
                     'volume is available with no attachment of that host '

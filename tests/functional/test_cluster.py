@@ -520,6 +520,23 @@ class ClusterTestCase(testtools.TestCase):
             self.assertFalse(run.is_alive(), '%s: never ended' % what)
         return resume
 
+    def paused_attach(self, vol_id, host, point):
+        """An attach of *host* to *vol_id*, paused at *point*.
+
+        Returns ``(result, resume)``: once ``resume()`` returned, *result*
+        has ``{host: (attachment id, connection data)}`` or ``{'error':
+        ApiError}``.
+        """
+        result = {}
+
+        def attach():
+            try:
+                result[host] = self.box.attach(vol_id, host)
+            except cluster.ApiError as err:
+                result['error'] = err
+        return result, self.run_until_paused(
+            point, attach, 'the attach of %s to pause at %s' % (host, point))
+
     def paused_force_detach(self, vol_id, point):
         """Our CLI's force-detach of *vol_id*, paused at *point*.
 
@@ -623,15 +640,8 @@ class ClusterTestCase(testtools.TestCase):
         h2 alone reaches the volume.
         """
         vol_id = self.box.create_volume()
-        result = {}
-
-        def attach_q1():
-            try:
-                result['q1'] = self.box.attach(vol_id, 'cluster-q1')
-            except cluster.ApiError as err:
-                result['error'] = err
-        resume = self.run_until_paused('before:grant', attach_q1,
-                                       'the grant of q1 to pause')
+        result, resume = self.paused_attach(vol_id, 'cluster-q1',
+                                            'before:grant')
         self.end_lock_lease(vol_id)
         self.box.api('POST', '/volumes/%s/action' % vol_id,
                      {'os-reset_status': {'status': 'available'}})
@@ -647,8 +657,8 @@ class ClusterTestCase(testtools.TestCase):
         # volume's connection data (h2's: one CHAP account a volume): the
         # target refuses it and nothing of it lands.
         q1_data = h2_data
-        if 'q1' in result:
-            info = result['q1'][1]
+        if 'cluster-q1' in result:
+            info = result['cluster-q1'][1]
             q1_data = info if 'target_iqn' in info else info['data']
         q1 = cluster.login(q1_data, 'cluster-q1')
         self.sessions.append(q1)
@@ -659,7 +669,8 @@ class ClusterTestCase(testtools.TestCase):
         cutoff.control_write(self, h2, 0x62, offset=8192)
         self.assertEqual([{cluster.IQN + 'cluster-h2'}],
                          list(self.box.target_of(vol_id).values()))
-        self.assertNotIn('q1', result, 'Cinder handed q1 the connection')
+        self.assertNotIn('cluster-q1', result,
+                         'Cinder handed q1 the connection')
         self.assertIn('error', result)
         self.assertIn('lease lost during the grant', ''.join(
             open(p).read() for p in glob.glob(os.path.join(
@@ -679,23 +690,16 @@ class ClusterTestCase(testtools.TestCase):
         revoked and the export goes.
         """
         vol_id = self.box.create_volume()
-        result = {}
-
-        def attach_q1():
-            try:
-                result['q1'] = self.box.attach(vol_id, 'cluster-q1')
-            except cluster.ApiError as err:
-                result['error'] = err
-        resume = self.run_until_paused(
-            'after:initialize_connection', attach_q1,
-            'the grant of q1 to pause before Cinder records it')
+        result, resume = self.paused_attach(vol_id, 'cluster-q1',
+                                            'after:initialize_connection')
         # The control: q1 was granted, its attachment not recorded yet.
         self.assertEqual([{cluster.IQN + 'cluster-q1'}],
                          list(self.box.target_of(vol_id).values()))
         (att,) = self.box.attachments(vol_id)
         self.box.api('DELETE', '/attachments/%s' % att['id'])
         resume()
-        self.assertNotIn('q1', result, 'Cinder handed q1 the connection')
+        self.assertNotIn('cluster-q1', result,
+                         'Cinder handed q1 the connection')
         self.assertEqual('available', self.box.volume(vol_id)['status'])
         waiting.wait_for(lambda: not self.box.target_of(vol_id), 30,
                          'the unrecorded grant of q1 to go')
