@@ -25,8 +25,11 @@ line per write on the console (``console=ttyS0``)::
 
 ``<tag>`` is the kernel parameter ``boxtag=``, else the SMBIOS system
 UUID (under Nova: the instance's UUID), else ``guest``.  The record on
-the disk is ``BOXGUEST <tag> <disk> <counter>\\n`` padded
-with NULs to 512 bytes (:func:`parse_record`, :func:`read_record`).  Each
+the disk is ``BOXGUEST <tag> <disk> <counter> <boot>\\n`` padded
+with NULs to 512 bytes (:func:`parse_record`, :func:`read_record`);
+``<boot>``, the first 8 hex digits of the kernel's random boot id, tells
+two boots of one instance apart (an evacuated server and the guest it
+left on its old host).  Each
 disk has its own background loop, so a ``dd`` hanging on a cut iSCSI disk
 does not stop the writes to the others.
 
@@ -34,6 +37,7 @@ does not stop the writes to the others.
 kernel's and the initramfs' paths.  Standard library only.
 """
 
+import collections
 import gzip
 import hashlib
 import io
@@ -61,6 +65,10 @@ KERNEL_NAME = 'vmlinuz'
 INITRAMFS_NAME = 'initramfs.cpio.gz'
 
 _TAG_RE = re.compile(r'^[A-Za-z0-9_.:+-]+$')
+_BOOT_RE = re.compile(r'^[0-9a-f]{8}$')
+
+#: A record read from a disk; *boot* None in a record of an older guest.
+Record = collections.namedtuple('Record', 'tag disk counter boot')
 
 
 def cmdline(tag=DEFAULT_TAG):
@@ -79,14 +87,16 @@ def cmdline(tag=DEFAULT_TAG):
 # --- records -----------------------------------------------------------
 
 
-def make_record(tag, disk, counter):
+def make_record(tag, disk, counter, boot=None):
     """The 512 bytes the guest writes (for tests comparing)."""
-    data = ('%s %s %s %d\n' % (RECORD_MAGIC, tag, disk, counter)).encode()
-    return data.ljust(RECORD_SIZE, b'\0')
+    data = '%s %s %s %d' % (RECORD_MAGIC, tag, disk, counter)
+    if boot is not None:
+        data += ' ' + boot
+    return (data + '\n').encode().ljust(RECORD_SIZE, b'\0')
 
 
 def parse_record(data):
-    """``(tag, disk, counter)`` of a record, or None if ``data`` is none."""
+    """The :class:`Record` at the start of *data*, or None if none is."""
     if not data.startswith(RECORD_MAGIC.encode() + b' '):
         return None
     line = data[:RECORD_SIZE].split(b'\n', 1)[0].rstrip(b'\0 ')
@@ -94,7 +104,10 @@ def parse_record(data):
         words = line.decode('ascii').split()
     except UnicodeDecodeError:
         return None
-    if len(words) != 4 or words[0] != RECORD_MAGIC:
+    if len(words) not in (4, 5) or words[0] != RECORD_MAGIC:
+        return None
+    boot = words[4] if len(words) == 5 else None
+    if boot is not None and not _BOOT_RE.match(boot):
         return None
     try:
         counter = int(words[3])
@@ -102,7 +115,7 @@ def parse_record(data):
         return None
     if counter < 0:
         return None
-    return words[1], words[2], counter
+    return Record(words[1], words[2], counter, boot)
 
 
 def read_record(path):
@@ -268,6 +281,7 @@ mkdir -p /run/box
 TAG=guest
 UUID=/sys/class/dmi/id/product_uuid
 [ -r $UUID ] && read TAG < $UUID
+BOOT=$(cut -c1-8 /proc/sys/kernel/random/boot_id)
 for w in $(cat /proc/cmdline); do
     case "$w" in boxtag=?*) TAG="${w#boxtag=}" ;; esac
 done
@@ -282,7 +296,8 @@ disk_loop() {
     while [ -b "/dev/$d" ]; do
         n=$((n + 1))
         echo "$n" > "/run/box/$d.n"
-        printf 'BOXGUEST %s %s %s\n' "$TAG" "$d" "$n" > "/run/box/$d.rec"
+        printf 'BOXGUEST %s %s %s %s\n' "$TAG" "$d" "$n" "$BOOT" \
+            > "/run/box/$d.rec"
         if dd if="/run/box/$d.rec" of="/dev/$d" bs=512 count=1 \
                 conv=notrunc,sync oflag=direct 2>/dev/null; then
             say wrote "$d" "$n"

@@ -84,6 +84,10 @@ Settings (environment, or the equivalent ``--option`` of ``up``):
                            (qemu TCG guests on a project-started
                            libvirtd, :mod:`devbox.services.libvirt`)
                            [fake]
+``STACK_COMPUTES``         with Nova: compute hosts, 1 or 2 (the second,
+                           ``box-compute-2``, is where an evacuation
+                           goes; with libvirt it has its own libvirtd)
+                           [1]
 ``STACK_PLACEMENT_PORT``   placement-api port [18778]
 ``STACK_NEUTRON_PORT``     neutron-api port [19696]
 ``STACK_HORIZON``          1: also run Horizon with our panel (Admin >
@@ -104,6 +108,7 @@ import sys
 import uuid
 
 from devbox import boxutil
+from devbox import computes
 from devbox import services
 from devbox.services import cinder
 from devbox.services import keystone
@@ -208,6 +213,8 @@ class Settings(object):
         self.nova_port = getattr(args, 'nova_port', None) or _int_env(
             'STACK_NOVA_PORT', 18774)
         self.virt = getattr(args, 'virt', None) or env('STACK_VIRT', 'fake')
+        self.computes = getattr(args, 'computes', None) or _int_env(
+            'STACK_COMPUTES', 1)
         self.placement_port = getattr(
             args, 'placement_port', None) or _int_env(
             'STACK_PLACEMENT_PORT', 18778)
@@ -231,6 +238,11 @@ class Settings(object):
                 ', '.join(VIRT_KINDS), self.virt))
         if self.virt != 'fake' and not self.nova:
             raise StackError('--virt %s needs --nova' % self.virt)
+        if not 1 <= self.computes <= computes.MAX_COMPUTES:
+            raise StackError('STACK_COMPUTES must be 1 to %d, not %d' % (
+                computes.MAX_COMPUTES, self.computes))
+        if self.computes > 1 and not self.nova:
+            raise StackError('--computes %d needs --nova' % self.computes)
         if self.db not in DB_KINDS:
             raise StackError('STACK_DB must be one of %s, not %r' % (
                 ', '.join(DB_KINDS), self.db))
@@ -354,6 +366,7 @@ class Stack(object):
                 'glance': s.glance, 'glance_port': s.glance_port,
                 'keystone': s.keystone, 'keystone_port': s.keystone_port,
                 'nova': s.nova, 'nova_port': s.nova_port, 'virt': s.virt,
+                'computes': s.computes,
                 'placement_port': s.placement_port,
                 'neutron_port': s.neutron_port,
                 'horizon': s.horizon, 'horizon_port': s.horizon_port,
@@ -511,6 +524,10 @@ def build_parser():
                     help="Nova's virt driver: fake (servers only in Nova's "
                          "database) or libvirt (qemu TCG guests on a "
                          "project-started libvirtd) (STACK_VIRT) [fake]")
+    up.add_argument('--computes', type=int, metavar='N',
+                    help='with --nova: compute hosts, 1 or 2 (the second '
+                         'is where an evacuation goes) (STACK_COMPUTES) '
+                         '[1]')
     up.add_argument('--backends', help='NAME[=DRIVER],...; DRIVER: tgt, '
                     'rbd or a class')
     up.add_argument('--extra-conf', help='file appended to cinder.conf')

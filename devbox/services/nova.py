@@ -22,7 +22,12 @@ talking to the box's Cinder.  With ``--virt libvirt`` it runs Nova's
 libvirt driver instead (:mod:`devbox.nova_libvirt`) on the box's libvirtd
 (:mod:`devbox.services.libvirt`): qemu guests booted from a kernel and
 initramfs the box builds (:mod:`devbox.guest_image`), whose init writes a
-counter to every disk.  Two flavors, an image, the host mapped.
+counter to every disk.  Two flavors, an image, the hosts mapped.
+
+``--computes 2`` adds a second compute host (``box-compute-2``: its own
+``nova-compute-2`` process, ``nova-compute-2.conf`` over ``nova.conf``,
+state and instance directories, and with libvirt its own libvirtd), for
+an evacuation to have somewhere to go.
 """
 
 import os
@@ -30,15 +35,16 @@ import shutil
 import urllib.error
 
 from devbox import boxutil
+from devbox import computes
 from devbox import guest_image
 from devbox.services import base
 from devbox.services import ceph
 from devbox.services import libvirt
 
-#: Nova's processes, in start order.
-PROCESSES = ('nova-api', 'nova-conductor', 'nova-scheduler', 'nova-compute')
-#: The compute service's host name, the only hypervisor.
-COMPUTE_HOST = 'box-compute'
+#: Nova's control processes, in start order; the computes' come after.
+CONTROL_PROCESSES = ('nova-api', 'nova-conductor', 'nova-scheduler')
+#: The first compute service's host name (of a one-compute box: the only).
+COMPUTE_HOST = computes.COMPUTE_HOST
 #: Flavors the box makes: (name, id, vcpus, MiB, GiB of root disk).
 FLAVORS = (('m1.box', '42', 1, 128, 1), ('m1.box.alt', '84', 1, 192, 1))
 #: The image the box uploads for bootable volumes.
@@ -50,6 +56,11 @@ IQN_PREFIX = 'iqn.2010-10.org.openstack.box:'
 def initiator_name(host):
     """The box's initiator name for compute *host* (either virt driver)."""
     return IQN_PREFIX + host.lower()
+
+
+def compute_process(host):
+    """The nova-compute process of *host*: ``nova-compute``, ``-2``."""
+    return 'nova-compute' + computes.suffix(host)
 
 
 class Nova(base.Service):
@@ -66,7 +77,11 @@ class Nova(base.Service):
         return bool(info.get('nova'))
 
     def processes(self, info):
-        return list(PROCESSES)
+        return list(CONTROL_PROCESSES) + [
+            compute_process(h) for h in computes.compute_hosts(info)]
+
+    def known_processes(self):
+        return self.processes({'computes': computes.MAX_COMPUTES})
 
     def ports(self, info):
         return {'nova-api': [info['nova_port']]}
@@ -84,6 +99,37 @@ class Nova(base.Service):
 
     def conf_path(self, ctx):
         return os.path.join(self.directory(ctx), 'nova.conf')
+
+    def compute_conf_args(self, ctx, host=COMPUTE_HOST):
+        """``--config-file`` arguments of *host*'s nova-compute."""
+        args = ['--config-file', self.conf_path(ctx)]
+        if host != COMPUTE_HOST:
+            args += ['--config-file', os.path.join(
+                self.directory(ctx), compute_process(host) + '.conf')]
+        return args
+
+    def _write_compute_confs(self, ctx):
+        """Each further compute host's own file, over ``nova.conf``.
+
+        Its host name, state directory (Nova keeps the node's UUID there),
+        instances, locks and libvirtd.
+        """
+        d = self.directory(ctx)
+        for host in computes.compute_hosts(ctx.info)[1:]:
+            suffix = computes.suffix(host)
+            for sub in ('state', 'instances', 'locks'):
+                os.makedirs(os.path.join(d, sub + suffix), exist_ok=True)
+            conf = {'DEFAULT': {
+                'host': host,
+                'state_path': os.path.join(d, 'state' + suffix),
+                'instances_path': os.path.join(d, 'instances' + suffix)},
+                'oslo_concurrency': {
+                    'lock_path': os.path.join(d, 'locks' + suffix)}}
+            if libvirt.uses_libvirt(ctx.info):
+                conf['libvirt'] = {'connection_uri': ctx.service(
+                    'libvirtd').uri(ctx, host)}
+            boxutil.write_conf(os.path.join(
+                d, compute_process(host) + '.conf'), boxutil.conf(conf))
 
     def write_conf(self, ctx):
         info, d = ctx.info, self.directory(ctx)
@@ -158,6 +204,7 @@ class Nova(base.Service):
                 'hw_machine_type': 'x86_64=pc',
             }
         boxutil.write_conf(self.conf_path(ctx), conf)
+        self._write_compute_confs(ctx)
         # nova-api's own file names its log (gunicorn's argv would).
         boxutil.write_conf(
             os.path.join(d, 'nova-api.conf'), boxutil.conf({'DEFAULT': {
@@ -192,15 +239,18 @@ class Nova(base.Service):
         for name in ('nova-conductor', 'nova-scheduler'):
             if not ctx.proc(name).alive():
                 ctx.proc(name).start([ctx.venv_bin(name)] + conf, cwd=d)
-        if not ctx.proc('nova-compute').alive():
-            python = os.path.join(ctx.info['venv'], 'bin', 'python')
-            extra = []
-            if libvirt.uses_libvirt(ctx.info):
-                extra = ['--libvirt']
-                self._ceph_secret(ctx)
-            ctx.proc('nova-compute').start(
-                [python, '-m', 'devbox.nova_compute'] + conf +
-                ['--log-file', 'nova-compute.log'] + extra, cwd=d)
+        python = os.path.join(ctx.info['venv'], 'bin', 'python')
+        extra = []
+        if libvirt.uses_libvirt(ctx.info):
+            extra = ['--libvirt']
+            self._ceph_secret(ctx)
+        for host in computes.compute_hosts(ctx.info):
+            proc = ctx.proc(compute_process(host))
+            if not proc.alive():
+                proc.start([python, '-m', 'devbox.nova_compute'] +
+                           self.compute_conf_args(ctx, host) +
+                           ['--log-file', proc.name + '.log'] + extra,
+                           cwd=d)
         boxutil.wait_for(lambda: boxutil.http_ok(
             self.url(ctx.info) + '/v2.1/'), ctx.s.timeout, 'nova-api', api)
         boxutil.wait_for(lambda: self.ready(ctx), ctx.s.timeout,
@@ -208,7 +258,7 @@ class Nova(base.Service):
         # The scheduler maps new hosts every 10 s; do it now.
         self._manage(ctx, 'cell_v2', 'discover_hosts')
         boxutil.wait_for(lambda: self._hypervisor_listed(ctx), ctx.s.timeout,
-                         'the compute host in os-hypervisors')
+                         'the compute hosts in os-hypervisors')
         self._ensure_flavors(ctx)
         self._ensure_image(ctx)
 
@@ -219,28 +269,48 @@ class Nova(base.Service):
                                     'compute %s' % version})
 
     def service_states(self, ctx):
-        """{binary: state} of Nova's services, {} when the API is down."""
+        """{process: (state, status)} of Nova's services, {} if API down.
+
+        The process of each service: its binary, or for a compute the
+        process of its host (:func:`compute_process`).  A compute forced
+        down has the state ``forced_down``.
+        """
         try:
-            services = self.call(ctx, 'GET', '/os-services')['services']
+            services = self.call(ctx, 'GET', '/os-services',
+                                 version='2.11')['services']
         except (urllib.error.URLError, OSError, ValueError):
             return {}
-        return {s['binary']: (s['state'], s['status']) for s in services}
+        return {compute_process(s['host']) if s['binary'] == 'nova-compute'
+                else s['binary']: ('forced_down' if s.get('forced_down')
+                                   else s['state'], s['status'])
+                for s in services}
 
     def ready(self, ctx):
-        """Every Nova process alive, and up in os-services."""
-        for name in PROCESSES:
+        """Every Nova process alive, and up in os-services.
+
+        A compute an operator (or a test) disabled is ready once up; one
+        forced down (an evacuation's source) once alive: Nova's
+        procedure restarts it forced down, so that it cleans what the
+        evacuation left, before the operator lifts that.
+        """
+        names = self.processes(ctx.info)
+        for name in names:
             proc = ctx.proc(name)
             if not proc.alive():
                 raise base.StackError('%s exited; see %s and %s' % (
                     name, proc.out_path,
                     os.path.join(ctx.log_dir, name + '.log')))
         states = self.service_states(ctx)
-        return all(states.get(b) == ('up', 'enabled') for b in PROCESSES[1:])
+        return all(states.get(n, ('',))[0] == 'up' and states[n][1] ==
+                   'enabled' or n.startswith('nova-compute') and
+                   states.get(n, ('',))[0] in ('up', 'forced_down')
+                   for n in names[1:])
 
     def _hypervisor_listed(self, ctx):
-        # Libvirt names its node after the machine: look for the service.
+        # Libvirt names its node after its hostname: look for the service.
         found = self.call(ctx, 'GET', '/os-hypervisors/detail')['hypervisors']
-        return any(h['service']['host'] == COMPUTE_HOST for h in found)
+        return set(computes.compute_hosts(ctx.info)) <= {
+            h['service']['host'] for h in found}
 
     def _ensure_flavors(self, ctx):
         have = {f['name'] for f in self.call(ctx, 'GET',
@@ -289,17 +359,21 @@ class Nova(base.Service):
             ok = boxutil.http_ok(self.url(ctx.info) + '/v2.1/')
             return '%s/v2.1/ %s' % (self.url(ctx.info), base.answers(ok)), ok
         state = self.service_states(ctx).get(name)
-        return ('%s %s' % (COMPUTE_HOST if name == 'nova-compute' else 'nova',
+        hosts = {compute_process(h): h for h in computes.compute_hosts(
+            ctx.info)}
+        return ('%s %s' % (hosts.get(name, 'nova'),
                            '/'.join(state) if state else
                            'not in os-services'),
-                state == ('up', 'enabled'))
+                bool(state) and state[0] in ('up', 'forced_down'))
 
     def ready_lines(self, ctx):
-        return ['  nova       %s/v2.1, pids %s (compute host %s, %s; '
+        return ['  nova       %s/v2.1, pids %s (compute hosts %s, %s; '
                 'flavors %s)' % (
                     self.url(ctx.info), ', '.join(
-                        '%s %s' % (n, ctx.proc(n).pid) for n in PROCESSES),
-                    COMPUTE_HOST, self.virt_name(ctx.info),
+                        '%s %s' % (n, ctx.proc(n).pid)
+                        for n in self.processes(ctx.info)),
+                    ', '.join(computes.compute_hosts(ctx.info)),
+                    self.virt_name(ctx.info),
                     ', '.join(f[0] for f in FLAVORS))]
 
     def virt_name(self, info):

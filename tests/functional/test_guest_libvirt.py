@@ -22,9 +22,14 @@ cephx key in a libvirt secret.  iSCSI volumes are network disks of qemu's
 libiscsi (:mod:`devbox.nova_libvirt`, the one box change: these kernels
 have no ``iscsi_tcp`` for Nova's ``LibvirtISCSIVolumeDriver``).
 
+The box has a second compute host (``--computes 2``, its own libvirtd),
+disabled but during the evacuation, so that every other server boots on
+the first.
+
 Every assertion is on what lands on the volume (the record read from the
-tgt backing file or the RBD image) and on the guest's console, each after
-a control showing the guest was writing just before.  A cut iSCSI guest
+tgt backing file or the RBD image, with the boot it came from) and on the
+guest's console, each after a control showing the guest was writing just
+before.  A cut iSCSI guest
 hangs rather than fails, and libiscsi resumes its writes if its initiator
 is ever granted again: the tgt test grants the volume to another host and
 waits longer than libiscsi's reconnect before looking again.
@@ -32,7 +37,9 @@ waits longer than libiscsi's reconnect before looking again.
 
 import json
 import os
+import signal
 import time
+import urllib.error
 
 import rados
 import rbd
@@ -40,12 +47,17 @@ import rbd
 from devbox import guest_image
 from devbox.services import nova as nova_service
 from tests.functional import test_stack_nova
+from tests.support import waiting
 
 #: Seconds to watch a cut volume: longer than libiscsi's reconnect
 #: (10-25 s measured) after a grant to another host.
 HOLD = 30
 #: Another compute host's connector, for a grant after the cut.
 OTHER_HOST = 'box-other'
+#: The box's second compute host: where an evacuation goes.
+SECOND_HOST = nova_service.COMPUTE_HOST + '-2'
+#: Nova's microversion of os-services by id (forced_down, status).
+SERVICES_VERSION = '2.53'
 
 
 class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
@@ -53,20 +65,39 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
 
     BACKEND = 'tgt,rbd'
     VIRT = 'libvirt'
+    COMPUTES = 2
+
+    @classmethod
+    def setUpClass(cls):
+        super(GuestLibvirtTestCase, cls).setUpClass()
+        # Servers boot on the first host; the second waits for evacuations.
+        cls.set_compute(SECOND_HOST, status='disabled')
 
     # -- helpers ----------------------------------------------------------
 
-    def console(self, server_id):
-        path = os.path.join(self.state, 'nova', 'instances', server_id,
+    @classmethod
+    def set_compute(cls, host, **changes):
+        """Change *host*'s nova-compute service (status, forced_down)."""
+        nova, ctx = cls.box.service('nova'), cls.box.ctx
+        [service] = [s for s in nova.call(
+            ctx, 'GET', '/os-services?binary=nova-compute',
+            version=SERVICES_VERSION)['services'] if s['host'] == host]
+        nova.call(ctx, 'PUT', '/os-services/' + service['id'], changes,
+                  version=SERVICES_VERSION)
+
+    def console(self, server_id, host=nova_service.COMPUTE_HOST):
+        """The console log of *server_id*'s guest on compute *host*."""
+        instances = 'instances' + host[len(nova_service.COMPUTE_HOST):]
+        path = os.path.join(self.state, 'nova', instances, server_id,
                             'console.log')
         if not os.path.exists(path):
             return ''
         with open(path, 'rb') as f:
             return f.read().decode('ascii', 'replace')
 
-    def console_lines(self, server_id):
+    def console_lines(self, server_id, host=nova_service.COMPUTE_HOST):
         """How many writes (done or failed) the guest reported."""
-        return self.console(server_id).count('BOXGUEST ')
+        return self.console(server_id, host).count('BOXGUEST ')
 
     def rbd_record(self, vol_id):
         ceph = self.box.service('ceph').settings(self.box.ctx)
@@ -82,7 +113,7 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
             cluster.shutdown()
 
     def record(self, vol_id):
-        """(tag, disk, n) at offset 0 of the volume, or None."""
+        """The guest's record at offset 0 of the volume, or None."""
         if self.volume(vol_id)['volume_type'] == 'rbd':
             return self.rbd_record(vol_id)
         return guest_image.read_record(self.backing_path(vol_id))
@@ -385,3 +416,127 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
             self.grant_other_host(vol_id)
         self.assert_nothing_lands(server_id, volumes, HOLD)
         self.assertIn('error vd', self.console(server_id))
+
+    # -- evacuation -----------------------------------------------------------
+
+    def new_boot_writing(self, server_id, vol_id, old_boot, host):
+        """Wait until a boot other than *old_boot* writes the volume.
+
+        The control of the evacuated server: two records of a new boot of
+        *server_id*, the second with a higher counter.  Its boot id.
+        """
+        seen = []
+
+        def rising():
+            rec = self.record(vol_id)
+            if rec and rec.tag == server_id and rec.boot not in (old_boot,
+                                                                 None):
+                seen.append(rec)
+            return (len(seen) >= 2 and seen[-1].boot == seen[0].boot and
+                    seen[-1].counter > seen[0].counter)
+        self.wait(rising, 'the evacuated guest writing volume %s (console: '
+                  '%s)' % (vol_id, self.console(server_id, host)[-300:]),
+                  timeout=240)
+        return seen[-1].boot
+
+    def restore_first_compute(self, instance_name):
+        """The first host back, Nova's way; the second disabled again.
+
+        Restarted while forced down, its nova-compute destroys the guest
+        of the evacuated server (Nova's ``_destroy_evacuated_instances``,
+        which also completes the evacuation's migration record); only
+        then does Nova let the operator lift the forced down.
+        """
+        res = test_stack_nova.run([test_stack_nova.STACK_SH, 'up'], dict(
+            self.env, STACK_SKIP_INSTALL='1'))
+        self.assertEqual(0, res.returncode, res.stderr[-3000:])
+        libvirtd = self.box.service('libvirtd')
+        self.wait(lambda: instance_name not in libvirtd.domains(
+            self.box.ctx, nova_service.COMPUTE_HOST),
+            'the first host to destroy the guest it left', timeout=180)
+
+        def lifted():
+            try:
+                self.set_compute(nova_service.COMPUTE_HOST,
+                                 forced_down=False)
+            except urllib.error.HTTPError as err:
+                if err.code != 400:     # evacuations not yet completed
+                    raise
+                return False
+            return True
+        self.wait(lifted, 'Nova to let the first host up again')
+        self.set_compute(SECOND_HOST, status='disabled')
+
+    def test_evacuate_leaves_only_the_new_guest_writing(self):
+        """Evacuation through Nova while the old guest still writes.
+
+        A server on the first host writes a tgt volume (qemu's libiscsi)
+        and an RBD volume (qemu's librbd).  The host's nova-compute dies
+        (SIGKILL; its libvirtd and the guest run on, as on a host cut off
+        from the control plane), the operator marks the service forced
+        down and evacuates the server: Nova rebuilds it on the second
+        host, deleting the old attachments through Cinder (our
+        ``terminate_connection``: the old initiator off the ACL, the old
+        qemu's librbd client fenced) and attaching the new host.  The
+        new boot's records land on both volumes; over longer than
+        libiscsi's reconnect, no record of the old boot does, while the
+        old guest runs on (its console grows).  Without the fence of our
+        ``FenceClientsTask`` the old qemu's librbd keeps writing the RBD
+        volume (upstream's RBD ``terminate_connection`` does nothing on
+        the backend), and both guests' records alternate there.
+        Restarted, the first host's nova-compute destroys the old guest.
+        """
+        server_id = self.boot('guest-evacuate')
+        instance = self.server(server_id)['OS-EXT-SRV-ATTR:instance_name']
+        volumes = [self.new_volume('guest-evac-' + backend, backend=backend)
+                   for backend in ('tgt', 'rbd')]
+        for vol_id in volumes:
+            self.attach(server_id, vol_id)
+        disks = {v: self.writing(server_id, v) for v in volumes}
+        old_boot = self.record(volumes[0]).boot
+        self.assertIsNotNone(old_boot)
+        self.assertEqual(old_boot, self.record(volumes[1]).boot)
+
+        # The host dies to the control plane; its guest does not.
+        compute = self.box.ctx.proc('nova-compute')
+        os.kill(compute.pid, signal.SIGKILL)
+        waiting.wait_for(lambda: not compute.alive(), 30,
+                         'nova-compute to die')
+        self.addCleanup(self.restore_first_compute, instance)
+        self.set_compute(nova_service.COMPUTE_HOST, forced_down=True)
+        self.set_compute(SECOND_HOST, status='enabled')
+        self.nova('POST', '/servers/%s/action' % server_id,
+                  {'evacuate': {}})
+        self.settled(server_id)
+        self.assertEqual(SECOND_HOST,
+                         self.server(server_id)['OS-EXT-SRV-ATTR:host'])
+        new_boot = {v: self.new_boot_writing(server_id, v, old_boot,
+                                             SECOND_HOST) for v in volumes}
+
+        for vol_id in volumes:
+            [att] = self.attachments(vol_id)
+            self.assertEqual(('attached', server_id),
+                             (att['status'], att['instance']))
+        self.assertEqual(
+            (True, [nova_service.initiator_name(SECOND_HOST)]),
+            self.target(volumes[0]))
+
+        # Only the new boot lands, while the old guest keeps running.
+        old_console = self.console(server_id)
+        boots = {v: set() for v in volumes}
+        deadline = time.monotonic() + HOLD
+        while time.monotonic() < deadline:
+            for vol_id in volumes:
+                boots[vol_id].add(self.record(vol_id).boot)
+            time.sleep(0.5)
+        self.assertEqual({v: {new_boot[v]} for v in volumes}, boots,
+                         'a record of the old boot (%s) landed after the '
+                         'evacuation' % old_boot)
+        old_later = self.console(server_id)[len(old_console):]
+        self.assertIn(' wrote vda ', old_later,
+                      'the old guest stopped altogether: nothing proven')
+        for vol_id in volumes:
+            self.assertNotIn(' wrote %s ' % disks[vol_id], old_later,
+                             'the old guest still writes %s' % vol_id)
+        self.assertIn(instance, self.box.service('libvirtd').domains(
+            self.box.ctx, nova_service.COMPUTE_HOST))

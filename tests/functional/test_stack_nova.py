@@ -66,6 +66,8 @@ class _NovaBoxTestCase(testtools.TestCase):
     BACKEND = 'tgt'
     #: Nova's virt driver (STACK_VIRT).
     VIRT = 'fake'
+    #: Nova's compute hosts (STACK_COMPUTES).
+    COMPUTES = 1
 
     @classmethod
     def setUpClass(cls):
@@ -76,6 +78,7 @@ class _NovaBoxTestCase(testtools.TestCase):
                                 ceph='rbd' in cls.BACKEND.split(','))
         cls.env['STACK_BACKENDS'] = cls.BACKEND
         cls.env['STACK_VIRT'] = cls.VIRT
+        cls.env['STACK_COMPUTES'] = str(cls.COMPUTES)
         res = run([STACK_SH, 'up'], cls.env)
         cls.up_output = res.stdout + res.stderr
         if res.returncode:

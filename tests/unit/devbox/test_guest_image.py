@@ -103,30 +103,43 @@ class RecordTestCase(testtools.TestCase):
 
     def test_parse_nul_padded(self):
         data = b'BOXGUEST g1 vdb 42\n'.ljust(512, b'\0')
-        self.assertEqual(('g1', 'vdb', 42), guest_image.parse_record(data))
+        self.assertEqual(('g1', 'vdb', 42, None),
+                         guest_image.parse_record(data))
 
     def test_parse_space_padded(self):
         data = b'BOXGUEST guest vda 7\n'.ljust(512, b' ')
-        self.assertEqual(('guest', 'vda', 7),
+        self.assertEqual(('guest', 'vda', 7, None),
                          guest_image.parse_record(data))
 
     def test_make_record_round_trips(self):
         data = guest_image.make_record('t', 'vdc', 3)
         self.assertEqual(512, len(data))
-        self.assertEqual(('t', 'vdc', 3), guest_image.parse_record(data))
+        self.assertEqual(('t', 'vdc', 3, None),
+                         guest_image.parse_record(data))
+
+    def test_the_boot_tells_two_boots_of_one_guest_apart(self):
+        record = guest_image.parse_record(
+            guest_image.make_record('t', 'vdc', 3, '0a1b2c3d'))
+        self.assertEqual('0a1b2c3d', record.boot)
+        self.assertEqual(3, record.counter)
+        self.assertIn('"$BOOT"', guest_image.init_script('6.1', []))
+        self.assertIn('/proc/sys/kernel/random/boot_id',
+                      guest_image.init_script('6.1', []))
 
     def test_garbage_is_none(self):
         for data in (b'', b'\0' * 512, b'BOXGUEST\n', b'BOXGUEST a b\n',
                      b'BOXGUEST a b c\n', b'BOXGUEST a b -1\n',
                      b'BOXGUESTX a b 1\n', b'xBOXGUEST a b 1\n',
-                     b'BOXGUEST a b 1 2\n', b'BOXGUEST a \xff 1\n'):
+                     b'BOXGUEST a b 1 2\n', b'BOXGUEST a b 1 0A1B2C3D\n',
+                     b'BOXGUEST a b 1 0a1b2c3d e\n',
+                     b'BOXGUEST a \xff 1\n'):
             self.assertIsNone(guest_image.parse_record(data), data)
 
     def test_read_record_reads_the_first_512_bytes(self):
         path = os.path.join(self.useFixture(fixtures.TempDir()).path, 'd')
         with open(path, 'wb') as f:
             f.write(guest_image.make_record('x', 'vda', 9) + b'y' * 4096)
-        self.assertEqual(('x', 'vda', 9), guest_image.read_record(path))
+        self.assertEqual(('x', 'vda', 9, None), guest_image.read_record(path))
 
     def test_cmdline(self):
         self.assertIn('console=ttyS0', guest_image.cmdline('t1'))

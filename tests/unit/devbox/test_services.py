@@ -13,6 +13,7 @@
 """The box's service registry: order by requires, one list of processes."""
 
 import argparse
+import configparser
 import json
 import os
 import random
@@ -152,15 +153,17 @@ class LibvirtServiceTestCase(testtools.TestCase):
 
     def setUp(self):
         super(LibvirtServiceTestCase, self).setUp()
-        self.ctx = mock.Mock(dir=self.useFixture(fixtures.TempDir()).path)
+        self.ctx = mock.Mock(dir=self.useFixture(fixtures.TempDir()).path,
+                             info={'nova': True, 'virt': 'libvirt'})
         self.svc = services.registry()['libvirtd']
 
     def test_its_directories_are_bound_over_the_machines(self):
         self.svc.write_conf(self.ctx)
         argv = self.svc.argv(self.ctx)
-        self.assertEqual(['unshare', '--mount', '--propagation', 'private'],
-                         argv[:4])
-        script = argv[6]
+        self.assertEqual(['unshare', '--mount', '--propagation', 'private',
+                          '--uts'], argv[:5])
+        script = argv[7]
+        self.assertIn('echo box-compute > /proc/sys/kernel/hostname', script)
         for sub, target in (('etc', '/etc/libvirt'), ('run', '/run/libvirt'),
                             ('lib', '/var/lib/libvirt')):
             self.assertIn('mount --bind %s %s' % (
@@ -173,6 +176,26 @@ class LibvirtServiceTestCase(testtools.TestCase):
         self.assertEqual(
             'qemu+unix:///system?socket=%s/libvirt/run/libvirt-sock' %
             self.ctx.dir, self.svc.uri(self.ctx))
+
+    def test_a_second_compute_has_its_own_daemon_directories_and_name(self):
+        """Two libvirtds of one machine share no socket, state or node name.
+
+        libvirt names Nova's node after its hostname: the second daemon's
+        UTS namespace names it after its compute host.
+        """
+        self.ctx.info['computes'] = 2
+        self.assertEqual(['libvirtd', 'libvirtd-2'],
+                         self.svc.processes(self.ctx.info))
+        self.svc.write_conf(self.ctx)
+        script = self.svc.argv(self.ctx, 'box-compute-2')[7]
+        self.assertIn('echo box-compute-2 > /proc/sys/kernel/hostname',
+                      script)
+        self.assertIn('mount --bind %s /run/libvirt' % os.path.join(
+            self.ctx.dir, 'libvirt-2', 'run'), script)
+        self.assertTrue(os.path.isfile(os.path.join(
+            self.ctx.dir, 'libvirt-2', 'etc', 'qemu.conf')))
+        self.assertNotEqual(self.svc.uri(self.ctx),
+                            self.svc.uri(self.ctx, 'box-compute-2'))
 
     def test_the_ceph_key_never_reaches_an_argument(self):
         keyring = os.path.join(self.ctx.dir, 'keyring')
@@ -193,6 +216,35 @@ class LibvirtServiceTestCase(testtools.TestCase):
         self.assertEqual('QUFBQQ==', calls[1][1])
         for args, _content in calls:
             self.assertNotIn('QUFBQQ==', ' '.join(args))
+
+
+class NovaComputesTestCase(testtools.TestCase):
+    """``--computes 2``: a second nova-compute on its own files."""
+
+    def test_the_second_compute_reads_its_own_file_over_nova_conf(self):
+        ctx = mock.Mock(dir=self.useFixture(fixtures.TempDir()).path,
+                        info={'nova': True, 'virt': 'libvirt',
+                              'computes': 2})
+        ctx.service.return_value = services.registry()['libvirtd']
+        nova = services.registry()['nova']
+        self.assertEqual(['nova-api', 'nova-conductor', 'nova-scheduler',
+                          'nova-compute', 'nova-compute-2'],
+                         nova.processes(ctx.info))
+        nova._write_compute_confs(ctx)
+        first = nova.compute_conf_args(ctx)
+        second = nova.compute_conf_args(ctx, 'box-compute-2')
+        self.assertEqual(first, second[:2])
+        parser = configparser.ConfigParser()
+        parser.read(second[3])
+        self.assertEqual('box-compute-2', parser['DEFAULT']['host'])
+        nova_dir = os.path.join(ctx.dir, 'nova')
+        for key, sub in (('state_path', 'state-2'),
+                         ('instances_path', 'instances-2')):
+            self.assertEqual(os.path.join(nova_dir, sub),
+                             parser['DEFAULT'][key])
+            self.assertTrue(os.path.isdir(parser['DEFAULT'][key]))
+        self.assertIn(os.path.join(ctx.dir, 'libvirt-2', 'run'),
+                      parser['libvirt']['connection_uri'])
 
 
 class HorizonServiceTestCase(testtools.TestCase):

@@ -118,6 +118,18 @@ class NovaTestCase(testtools.TestCase):
         self.assertEqual(['cinder-api', 'nova-api', 'nova-conductor',
                           'nova-scheduler', 'nova-compute'], order[-5:])
 
+    def test_a_second_compute_host(self):
+        s = self.settings(STACK_NOVA='1', STACK_COMPUTES='2')
+        self.assertEqual(2, s.computes)
+        order = services.process_order({
+            'nova': True, 'keystone': True, 'glance': True, 'db': 'mariadb',
+            'volume_services': 1, 'virt': 'libvirt', 'computes': 2})
+        self.assertEqual(['nova-compute', 'nova-compute-2'], order[-2:])
+        self.assertLess(order.index('libvirtd-2'), order.index('nova-api'))
+        for env in ({'STACK_COMPUTES': '2'},
+                    {'STACK_NOVA': '1', 'STACK_COMPUTES': '3'}):
+            self.assertRaises(stack.StackError, self.settings, **env)
+
 
 class BackupTestCase(testtools.TestCase):
 
