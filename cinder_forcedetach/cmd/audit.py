@@ -36,13 +36,10 @@ or an error, 5 a source unreachable (Cinder's database, a backend, Nova).
 """
 
 from cinder_forcedetach.audit import cases
-from cinder_forcedetach.audit import scan
-from cinder_forcedetach.audit import sources
 from cinder_forcedetach.cmd.errors import CliError
 from cinder_forcedetach.cmd import local
 from cinder_forcedetach.cmd import registry
 from cinder_forcedetach.cmd.registry import arg
-from cinder_forcedetach import notifications
 
 EXIT_CLEAN = 0
 EXIT_ERROR = 1
@@ -92,7 +89,11 @@ def _positive(value):
     ])
 def audit(conf, args, out):
     """Read, classify, repair with --fix; print the plan and its results."""
+    # Cinder's context, RPC and engine (the repairs' flow) are imported
+    # here, not when the CLI loads: every other command starts without.
     from cinder import context
+
+    from cinder_forcedetach import notifications
 
     ctxt = context.get_admin_context()
     notifications.init_command(conf)
@@ -103,6 +104,10 @@ def audit(conf, args, out):
 
 
 def _audit(ctxt, conf, args, out):
+    from cinder_forcedetach.audit import scan
+    from cinder_forcedetach.audit import sources
+    from cinder_forcedetach import notifications
+
     drivers, broken = _drivers(ctxt, conf, args.backend)
     if args.nova_file:
         try:
