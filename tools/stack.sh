@@ -71,6 +71,9 @@ venv_ok() {
 }
 
 install_venv() {
+    # venv_ok imports Cinder (3 s): once when nothing is missing, and once
+    # more only after an install.
+    local installed=0
     if ! venv_ok; then
         if [ ! -x "$VENV/bin/python" ]; then
             local py
@@ -80,13 +83,16 @@ install_venv() {
         fi
         log "installing this repo into $VENV (pip install -e .)"
         "$VENV/bin/pip" install -q -e "$ROOT" >&2
+        installed=1
     fi
     # The client the printed command uses.
     if [ ! -x "$VENV/bin/cinder" ]; then
         log "installing python-cinderclient into $VENV"
         "$VENV/bin/pip" install -q 'python-cinderclient>=9.10.0' >&2
+        installed=1
     fi
-    venv_ok || die "the venv $VENV cannot import the driver after install"
+    [ $installed = 0 ] || venv_ok ||
+        die "the venv $VENV cannot import the driver after install"
 }
 
 ensure_installed() {

@@ -220,8 +220,11 @@ class Cinder(base.Service):
 
     def start(self, ctx):
         self.write_conf(ctx)
-        ctx.manage('cinder-manage', ['--config-file', self.conf_path(ctx),
-                                     'db', 'sync'])
+        # cinder-api starts last, after the sync: alive, the database is
+        # synced (a volume service restarted alone skips 3 s of CPU).
+        if not ctx.proc('cinder-api').alive():
+            ctx.manage('cinder-manage', ['--config-file',
+                                         self.conf_path(ctx), 'db', 'sync'])
         hosts = volume_hosts(ctx.info)
         for name in self.processes(ctx.info):
             proc = ctx.proc(name)

@@ -275,3 +275,29 @@ class HorizonServiceTestCase(testtools.TestCase):
         self.assertEqual(('keystone-api', 'cinder'), svc.requires)
         self.assertFalse(svc.enabled({'keystone': True}))
         self.assertTrue(svc.enabled({'horizon': True}))
+
+
+class CinderStartTestCase(testtools.TestCase):
+    """A second ``up`` does not sync Cinder's database again."""
+
+    def start(self, api_alive):
+        cinder = services.registry()['cinder']
+        ctx = mock.Mock(info={'volume_services': 1},
+                        dir=self.useFixture(fixtures.TempDir()).path)
+        ctx.s.timeout = 1
+        ctx.proc.return_value.alive.return_value = api_alive
+        self.useFixture(fixtures.MockPatchObject(cinder, 'write_conf'))
+        self.useFixture(fixtures.MockPatchObject(cinder, 'ready'))
+        self.useFixture(fixtures.MockPatchObject(cinder, '_ensure_types'))
+        self.useFixture(fixtures.MockPatchObject(cinder, 'conf_path',
+                                                 return_value='c.conf'))
+        cinder.start(ctx)
+        return ctx.manage.call_args_list
+
+    def test_synced_before_its_api_starts(self):
+        self.assertEqual([mock.call('cinder-manage', [
+            '--config-file', 'c.conf', 'db', 'sync'])], self.start(False))
+
+    def test_not_again_while_its_api_runs(self):
+        # cinder-api starts after the sync: alive, the sync was done.
+        self.assertEqual([], self.start(True))
