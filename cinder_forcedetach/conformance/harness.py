@@ -46,6 +46,7 @@ from oslo_config import cfg
 import sqlalchemy
 
 from cinder_forcedetach.conformance import probe as probe_mod
+from cinder_forcedetach.conformance import sqlite_locking
 from cinder_forcedetach import mixin
 
 CONF = cfg.CONF
@@ -295,6 +296,13 @@ def use_database_file(test):
     CONF.set_override('connection', 'sqlite:///%s?timeout=60' % path,
                       'database')
     test.addCleanup(remove)
+    # A read transaction that then writes after another process's commit
+    # fails at once even in WAL mode: every transaction takes the write
+    # lock first, here and in the children (their sitecustomize).
+    sqlite_locking.begin_immediate()
+    test.useFixture(fixtures.EnvironmentVariable(
+        'PYTHONPATH', sqlite_locking.pythonpath(
+            *filter(None, [os.environ.get('PYTHONPATH')]))))
 
 
 # What keystonemiddleware sets for a request with a valid service token

@@ -41,6 +41,7 @@ from testtools import content
 
 from cinder_forcedetach.audit import scan
 from cinder_forcedetach.audit import sources
+from cinder_forcedetach.conformance import sqlite_locking
 from tests import fakes
 from tests.functional import base
 
@@ -97,7 +98,8 @@ class AuditTestCase(base.CinderTgtTestCase):
              '--format', 'json', 'audit', '--grace', '0'] + list(args) +
             ['--config-file', conf or self.write_cinder_conf()],
             cwd=REPO, capture_output=True, text=True, timeout=180,
-            env=dict(os.environ, PYTHONPATH=REPO))
+            env=dict(os.environ,
+                     PYTHONPATH=sqlite_locking.pythonpath(REPO)))
         self.addDetail('audit %s' % ' '.join(args),
                        content.text_content(res.stdout + res.stderr))
         try:

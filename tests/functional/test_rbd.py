@@ -43,6 +43,7 @@ from oslo_config import cfg
 
 from cinder_forcedetach.ceph import fencing
 from cinder_forcedetach.ceph import rbd_io
+from cinder_forcedetach.conformance import sqlite_locking
 # Imported before flags are set, so that its options are registered.
 from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: F401
 from cinder_forcedetach import exception as fd_exception
@@ -144,7 +145,7 @@ class RBDTestCase(base.CinderServicesTestCase):
         """``cinder-forcedetach`` as an operator runs it on this host."""
         env = {k: v for k, v in os.environ.items()
                if not k.startswith('CEPH_')}
-        env['PYTHONPATH'] = REPO
+        env['PYTHONPATH'] = sqlite_locking.pythonpath(REPO)
         return subprocess.run(
             [sys.executable, '-m', 'cinder_forcedetach.cmd.manage',
              '--format', 'json'] + list(args) +
