@@ -297,9 +297,10 @@ def use_database_file(test):
                       'database')
     test.addCleanup(remove)
     # A read transaction that then writes after another process's commit
-    # fails at once even in WAL mode: every transaction takes the write
-    # lock first, here and in the children (their sitecustomize).
-    sqlite_locking.begin_immediate()
+    # fails at once even in WAL mode: the children this process starts
+    # (a local command) take the write lock first (their sitecustomize).
+    # Not this process: its services are green threads, and one waiting
+    # in SQLite's busy handler would block the one holding the lock.
     test.useFixture(fixtures.EnvironmentVariable(
         'PYTHONPATH', sqlite_locking.pythonpath(
             *filter(None, [os.environ.get('PYTHONPATH')]))))

@@ -19,9 +19,12 @@ after another process committed fails at once with "database is locked"
 (SQLite's busy snapshot: no busy timeout applies), which failed an
 audit's repair in a clean-clone run.  ``BEGIN IMMEDIATE`` takes the write
 lock first, so a transaction waits (up to the connection's ``timeout``)
-instead.  Processes of the harness call :func:`begin_immediate`; the
-children it starts load it from :data:`SITE_DIR`'s ``sitecustomize``
-(:func:`pythonpath`).
+instead.  The children the harness starts (a local command, a host's
+processes) load :func:`begin_immediate` from :data:`SITE_DIR`'s
+``sitecustomize`` (:func:`pythonpath`).  The harness's own process keeps
+oslo.db's ``BEGIN``: its services are green threads, and one waiting in
+SQLite's busy handler (a blocking C call) would stop the green thread
+that holds the lock.
 """
 
 import os

@@ -46,6 +46,7 @@ A live qemu-io initiator holds every attached volume.
 stestr runs the module in one worker (``group_regex`` in .stestr.conf).
 """
 
+import argparse
 import collections
 import concurrent.futures
 import glob
@@ -69,6 +70,8 @@ import testtools
 from devbox.services import etcd as etcd_service
 from tests.support import cluster
 from tests.support import cutoff
+from tests.support import history
+from tests.support import soak
 from tests.support import waiting
 
 #: Fault points on the path of Cinder's os-force_detach: after each task of
@@ -101,6 +104,8 @@ QUORUM_LOST_LOGS = {
     'after:RemoveExportTask': 'Could not release lock .*forcedetach-{vol}',
 }
 PROPERTY_HOSTS = ('cluster-q1', 'cluster-q2')
+#: Minutes of the history run (CFD_HISTORY_MINUTES asks for longer).
+HISTORY_MINUTES = float(os.environ.get('CFD_HISTORY_MINUTES', '4'))
 RACE_CASES = ('in_use_without_attachment', 'interrupted_force_detach')
 
 
@@ -927,6 +932,43 @@ class ClusterTestCase(testtools.TestCase):
         # them, or the test no longer covers them.
         self.assertGreaterEqual(runs['crashes'], 1, dict(runs))
         self.assertGreaterEqual(runs['reimages'], 1, dict(runs))
+
+    # -- a Jepsen-style history --------------------------------------------
+
+    def test_random_schedule_with_faults_has_a_clean_history(self):
+        """Operations and faults at random while every host writes; checked.
+
+        :mod:`tests.support.soak` with a history on this box, for
+        :data:`HISTORY_MINUTES`: attach (four hosts), attachment delete,
+        os-force_detach, the CLI's force-detach, a volume service SIGKILLed
+        mid force-detach (restarted, the force-detach run again), the
+        operator's status-only reset of an in-use volume; two operations a
+        second over four volumes (two multiattach).  Every attached host's
+        initiator writes a block of its own every ~0.2 s, cut or not.  The
+        checker (:mod:`tests.support.history`) then reads the history and
+        the volumes: no write landed after its host was cut, no second
+        writer on a volume that is not multiattach, never ``available``
+        with a target, no attachment lost or unknown.  The run must have
+        had something to judge: writes landed, writes refused after a
+        cut, a fault fired.
+        """
+        path = os.path.join(self.box.state, 'history.jsonl')
+        run = soak.Soak(self.box, argparse.Namespace(
+            minutes=HISTORY_MINUTES, rate=2, volumes=4, seed=2611,
+            history=path, faults=True))
+        rc = run.run()
+        events = history.load(path)
+        writes = [e for e in events if e['type'] == 'write']
+        self.assertEqual(0, rc, 'violations: %s; http 500: %d; see %s' % (
+            run.violations, run.http500, path))
+        self.assertGreater(sum(len(v) for v in run.landed.values()), 100)
+        self.assertTrue(any(w['outcome'] in ('IO_ERROR', 'LOGIN_REFUSED',
+                                             'RECONNECT_REFUSED')
+                            for w in writes), 'no write was ever refused')
+        self.assertTrue(any(e['type'] == 'fault' and e['fired']
+                            for e in events), 'no kill -9 fired')
+        self.assertTrue(any(e['type'] == 'op' and e['kind'] ==
+                            'reset_status' for e in events))
 
     # -- secrets ------------------------------------------------------------
 
