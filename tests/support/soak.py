@@ -421,6 +421,8 @@ class Soak(object):
         with self.lock:
             writers = list(self.writers.values())
         for writer in writers:
+            writer.stopped.set()
+        for writer in writers:
             writer.stop()
         self.history.dump(self.args.history)
         landed, final = {}, {}
