@@ -76,14 +76,19 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
     # -- helpers ----------------------------------------------------------
 
     @classmethod
+    def compute_service(cls, host):
+        """*host*'s nova-compute service in os-services."""
+        [service] = [s for s in cls.box.service('nova').call(
+            cls.box.ctx, 'GET', '/os-services?binary=nova-compute',
+            version=SERVICES_VERSION)['services'] if s['host'] == host]
+        return service
+
+    @classmethod
     def set_compute(cls, host, **changes):
         """Change *host*'s nova-compute service (status, forced_down)."""
-        nova, ctx = cls.box.service('nova'), cls.box.ctx
-        [service] = [s for s in nova.call(
-            ctx, 'GET', '/os-services?binary=nova-compute',
-            version=SERVICES_VERSION)['services'] if s['host'] == host]
-        nova.call(ctx, 'PUT', '/os-services/' + service['id'], changes,
-                  version=SERVICES_VERSION)
+        cls.box.service('nova').call(
+            cls.box.ctx, 'PUT', '/os-services/' + cls.compute_service(
+                host)['id'], changes, version=SERVICES_VERSION)
 
     def console(self, server_id, host=nova_service.COMPUTE_HOST):
         """The console log of *server_id*'s guest on compute *host*."""
@@ -465,6 +470,11 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
                 return False
             return True
         self.wait(lifted, 'Nova to let the first host up again')
+        # Its heartbeats resume after its start-up: until then Nova's
+        # scheduler finds no valid host for the next server.
+        self.wait(lambda: self.compute_service(
+            nova_service.COMPUTE_HOST)['state'] == 'up',
+            'the first host up in os-services', timeout=180)
         self.set_compute(SECOND_HOST, status='disabled')
 
     def test_evacuate_leaves_only_the_new_guest_writing(self):
