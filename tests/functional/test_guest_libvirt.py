@@ -317,8 +317,8 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
         Nova stops the guest, Cinder's os-reimage writes the new image
         through our driver, and the rebuilt guest boots from it: the
         image's bytes are on the volume beyond the guest's record, and
-        the records there are the new boot's (its counter starts again),
-        none of the old guest's.
+        the records there are the new boot's (another boot id, its
+        counter started again), none of the old guest's.
         """
         boot_id = self.new_volume('guest-rebuild-boot', self.box_image(),
                                   backend='tgt')
@@ -345,8 +345,10 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
             f.seek(4096)
             self.assertEqual(new_image[4096:], f.read(len(new_image) - 4096))
         self.writing(server_id, boot_id)
-        tag, disk, counter = self.record(boot_id)
-        self.assertLess(counter, old[2],
+        new = self.record(boot_id)
+        self.assertNotEqual(old.boot, new.boot,
+                            'the old guest\'s record is on the volume')
+        self.assertLess(new.counter, old.counter,
                         'the old guest\'s counter is on the volume')
         self.assertEqual(image_id, self.volume(boot_id)[
             'volume_image_metadata']['image_id'])
