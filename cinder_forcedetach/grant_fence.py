@@ -72,11 +72,14 @@ def explaining_connectors(volume: objects.Volume,
     """Connectors whose hosts keep access when *connector* is granted."""
     live = [a for a in attachments if fd_attachments.is_live(a)]
     with_connector = [a for a in live if a.connector]
-    if not volume.multiattach:
-        granting = {a.instance_uuid for a in live if not a.connector}
-        if granting:
-            with_connector = [a for a in with_connector
-                              if a.instance_uuid in granting]
+    pending = [a for a in live if not a.connector]
+    if not volume.multiattach and pending:
+        # Cinder lets a second attachment in only for the same instance
+        # (a live migration); an attachment without an instance is no
+        # instance's, and explains no other (a status-only reset left it).
+        granting = {a.instance_uuid for a in pending if a.instance_uuid}
+        with_connector = [a for a in with_connector
+                          if a.instance_uuid and a.instance_uuid in granting]
     return [connector] + [a.connector for a in with_connector]
 
 

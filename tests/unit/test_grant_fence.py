@@ -68,6 +68,21 @@ class ExplainingTestCase(testtools.TestCase):
         self.assertEqual([HOLDER_A], self.cut(volume(), rows, B,
                                               [HOLDER_A]))
 
+    def test_no_instance_explains_no_other_attachment(self):
+        """Two attachments without an instance are not one instance's.
+
+        Found by the soak's history checker: after a status-only reset,
+        a host attached without an instance (a client other than Nova)
+        kept writing a volume that is not multiattach once another host
+        without an instance was granted it.
+        """
+        rows = [att('old', A, None), att('new', None, None, 'reserved')]
+        self.assertEqual([HOLDER_A], self.cut(volume(), rows, B,
+                                              [HOLDER_A]))
+        rows = [att('old', A, None), att('new', None, 'y', 'reserved')]
+        self.assertEqual([HOLDER_A], self.cut(volume(), rows, B,
+                                              [HOLDER_A]))
+
     def test_live_migration_same_instance_keeps_the_source(self):
         rows = [att('src', A, 'x'), att('dst', None, 'x', 'reserved')]
         self.assertEqual([], self.cut(volume(), rows, B, [HOLDER_A]))
