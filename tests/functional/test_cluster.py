@@ -55,6 +55,7 @@ import os
 import random
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -952,7 +953,10 @@ class ClusterTestCase(testtools.TestCase):
         had something to judge: writes landed, writes refused after a
         cut, a fault fired.
         """
-        path = os.path.join(self.box.state, 'history.jsonl')
+        # Outside the box's directory, which goes with the box: kept for a
+        # look when the test fails.
+        fd, path = tempfile.mkstemp(prefix='cfd-history-', suffix='.jsonl')
+        os.close(fd)
         run = soak.Soak(self.box, argparse.Namespace(
             minutes=HISTORY_MINUTES, rate=2, volumes=4, seed=2611,
             history=path, faults=True))
@@ -969,6 +973,7 @@ class ClusterTestCase(testtools.TestCase):
                             for e in events), 'no kill -9 fired')
         self.assertTrue(any(e['type'] == 'op' and e['kind'] ==
                             'reset_status' for e in events))
+        os.unlink(path)
 
     # -- secrets ------------------------------------------------------------
 

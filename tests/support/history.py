@@ -45,7 +45,8 @@ violations:
     not multiattach): two hosts writing it at once.
 ``available_exported``
     Cinder said ``available`` while the target still existed, with no
-    operation of the volume in flight.
+    operation of the volume in flight, unless the operator's status-only
+    reset said so and none of our operations has run on it since.
 ``attachment_lost``
     an attachment the run created (its attach ``ok``) that Cinder no
     longer lists at the end, although no operation that could have ended
@@ -193,11 +194,31 @@ def late_writes(events, landed, multiattach):
     return found
 
 
+def left_by_a_reset(events, volume, time_):
+    """Whether the operator's status-only reset made *volume* available.
+
+    A reset ended before *time_*, and none of our operations on the volume
+    (attach, attachment delete, force-detach) ran to its end since: Cinder
+    says available because the operator said so, and the export is the
+    holder's until our next grant (its fence) or detach.
+    """
+    resets = [e['end'] for e in events if e['type'] == 'op' and
+              e['kind'] == 'reset_status' and e['volume'] == volume and
+              e['outcome'] == 'ok' and e['end'] < time_]
+    if not resets:
+        return False
+    return not any(e['type'] == 'op' and e['volume'] == volume and
+                   e['kind'] != 'reset_status' and e['outcome'] == 'ok' and
+                   max(resets) < e['start'] and e['end'] < time_
+                   for e in events)
+
+
 def exported_while_available(events):
     return [Violation('available_exported', e['volume'],
                       'at %.3f, ACL %s' % (e['time'], e['acls']))
             for e in events if e['type'] == 'observe' and e['settled'] and
-            e['status'] == 'available' and e.get('target')]
+            e['status'] == 'available' and e.get('target') and
+            not left_by_a_reset(events, e['volume'], e['time'])]
 
 
 def attachments(events, final):

@@ -304,7 +304,8 @@ class Soak(object):
         try:
             getattr(self, name)()
         except tc.ApiError as err:
-            refused = REFUSAL in tc.reason_of(err.body)
+            # The whole body: the refusal comes after 160 characters.
+            refused = REFUSAL in err.body
             killed = err.status >= 500 and not refused and \
                 self.in_fault(start)
             with self.lock:
@@ -371,7 +372,9 @@ class Soak(object):
                 # hosts on the ACL than attached is what it should be.
                 wanted = set()
             problems = []
-            if status == 'available' and targets:
+            if status == 'available' and targets and not (
+                    self.history is not None and hist.left_by_a_reset(
+                        self.history.events, vol_id, read)):
                 problems.append('available with a target %s' % acls)
             elif status != 'available' and not wanted <= acls <= allowed:
                 problems.append('ACLs %s, attached hosts %s' % (

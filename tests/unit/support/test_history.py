@@ -96,6 +96,16 @@ class ObservationTestCase(testtools.TestCase):
         self.assertEqual(['available_exported'], [v.kind for v in found])
         self.assertIn('at 1.000', found[0].detail)
 
+    def test_the_operators_reset_until_our_next_operation(self):
+        reset = {'type': 'op', 'kind': 'reset_status', 'volume': V,
+                 'start': 1, 'end': 2, 'outcome': 'ok'}
+        events = [reset, observe(3, ['h1'], status='available')]
+        self.assertEqual([], history.exported_while_available(events))
+        events += [attach('h2', 4, 5),
+                   observe(6, ['h1'], status='available')]
+        self.assertEqual(['available_exported'], [
+            v.kind for v in history.exported_while_available(events)])
+
 
 class AttachmentsTestCase(testtools.TestCase):
 
