@@ -79,7 +79,8 @@ class Writer(threading.Thread):
 
     def stop(self):
         self.stopped.set()
-        self.join(WRITE_TIMEOUT + 5)
+        if self.ident is not None:      # started
+            self.join(WRITE_TIMEOUT + 5)
         self.session.close()
 
 
@@ -180,12 +181,12 @@ class Soak(object):
     def start_writer(self, vol_id, host, info):
         data = info if 'target_iqn' in info else info['data']
         writer = Writer(self, vol_id, host, data)
+        writer.start()
         with self.lock:
             old = self.writers.get((vol_id, host))
             self.writers[(vol_id, host)] = writer
         if old is not None:
             old.stop()
-        writer.start()
 
     def delete_attachment(self):
         vol_id = self.pick()
