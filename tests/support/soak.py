@@ -410,7 +410,11 @@ class Soak(object):
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
         time.sleep(10)      # let the last calls settle
         self.check()
-        found = self.check_history() if self.history is not None else []
+        try:
+            found = self.check_history() if self.history is not None \
+                else []
+        finally:
+            self.stop_writers()     # no initiator outlives the run
         print('soak: minutes %s, operations %d, errors %s, http 500: %d, '
               'invariant checks %d, violations %d%s' % (
                   self.args.minutes, self.ops, dict(self.errors),
@@ -420,14 +424,18 @@ class Soak(object):
 
     # -- the history ----------------------------------------------------------
 
-    def check_history(self):
-        """Stop the writers; check the history against the volumes."""
+    def stop_writers(self):
+        """Stop every writer and close its initiator (idempotent)."""
         with self.lock:
             writers = list(self.writers.values())
         for writer in writers:
             writer.stopped.set()
         for writer in writers:
             writer.stop()
+
+    def check_history(self):
+        """Stop the writers; check the history against the volumes."""
+        self.stop_writers()
         self.history.dump(self.args.history)
         landed, final = {}, {}
         for vol_id in self.volumes:
