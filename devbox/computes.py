@@ -35,3 +35,13 @@ def compute_hosts(info):
 def suffix(host):
     """What *host*'s process and directory names add: '' or ``-N``."""
     return host[len(COMPUTE_HOST):]
+
+
+def host_of(process, binary):
+    """The host of *binary*'s process *process* (``libvirtd-2``), or None.
+
+    The inverse of naming a host's process ``binary + suffix(host)``.
+    """
+    if not process.startswith(binary):
+        return None
+    return COMPUTE_HOST + process[len(binary):]

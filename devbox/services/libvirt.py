@@ -184,22 +184,17 @@ class Libvirt(base.Service):
         return [n for n in res.stdout.split() if n] if not res.returncode \
             else []
 
-    @staticmethod
-    def _host_of(ctx, name):
-        return {process_name(h): h for h in computes.compute_hosts(
-            {'computes': computes.MAX_COMPUTES})}[name]
-
     def stop_process(self, ctx, proc):
         # Guests outlive libvirtd: stop them first (Nova's compute is
         # already stopped; its database forgets nothing it needs).
-        host = self._host_of(ctx, proc.name)
+        host = computes.host_of(proc.name, self.name)
         if proc.alive():
             for name in self.domains(ctx, host):
                 self.virsh(ctx, 'destroy', name, check=False, host=host)
         super(Libvirt, self).stop_process(ctx, proc)
 
     def detail(self, ctx, name):
-        host = self._host_of(ctx, name)
+        host = computes.host_of(name, self.name)
         ok = self.host_ready(ctx, host)
         return '%s, %d guest(s) running' % (
             self.uri(ctx, host), len(self.domains(ctx, host)) if ok else 0), ok

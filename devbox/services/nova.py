@@ -240,17 +240,17 @@ class Nova(base.Service):
             if not ctx.proc(name).alive():
                 ctx.proc(name).start([ctx.venv_bin(name)] + conf, cwd=d)
         python = os.path.join(ctx.info['venv'], 'bin', 'python')
-        extra = []
-        if libvirt.uses_libvirt(ctx.info):
-            extra = ['--libvirt']
+        extra = ['--libvirt'] if libvirt.uses_libvirt(ctx.info) else []
+        starting = [p for p in map(ctx.proc, map(
+            compute_process, computes.compute_hosts(ctx.info)))
+            if not p.alive()]
+        if starting and extra:
             self._ceph_secret(ctx)
-        for host in computes.compute_hosts(ctx.info):
-            proc = ctx.proc(compute_process(host))
-            if not proc.alive():
-                proc.start([python, '-m', 'devbox.nova_compute'] +
-                           self.compute_conf_args(ctx, host) +
-                           ['--log-file', proc.name + '.log'] + extra,
-                           cwd=d)
+        for proc in starting:
+            host = computes.host_of(proc.name, 'nova-compute')
+            proc.start([python, '-m', 'devbox.nova_compute'] +
+                       self.compute_conf_args(ctx, host) +
+                       ['--log-file', proc.name + '.log'] + extra, cwd=d)
         boxutil.wait_for(lambda: boxutil.http_ok(
             self.url(ctx.info) + '/v2.1/'), ctx.s.timeout, 'nova-api', api)
         boxutil.wait_for(lambda: self.ready(ctx), ctx.s.timeout,
@@ -301,10 +301,16 @@ class Nova(base.Service):
                     name, proc.out_path,
                     os.path.join(ctx.log_dir, name + '.log')))
         states = self.service_states(ctx)
-        return all(states.get(n, ('',))[0] == 'up' and states[n][1] ==
-                   'enabled' or n.startswith('nova-compute') and
-                   states.get(n, ('',))[0] in ('up', 'forced_down')
-                   for n in names[1:])
+        return all(self._service_ready(n, states.get(n)) for n in names[1:])
+
+    @staticmethod
+    def _service_ready(name, state):
+        """Whether process *name*'s ``(state, status)`` is a ready one."""
+        if not state:
+            return False
+        if computes.host_of(name, 'nova-compute'):
+            return state[0] in ('up', 'forced_down')
+        return state == ('up', 'enabled')
 
     def _hypervisor_listed(self, ctx):
         # Libvirt names its node after its hostname: look for the service.
@@ -359,12 +365,10 @@ class Nova(base.Service):
             ok = boxutil.http_ok(self.url(ctx.info) + '/v2.1/')
             return '%s/v2.1/ %s' % (self.url(ctx.info), base.answers(ok)), ok
         state = self.service_states(ctx).get(name)
-        hosts = {compute_process(h): h for h in computes.compute_hosts(
-            ctx.info)}
-        return ('%s %s' % (hosts.get(name, 'nova'),
+        return ('%s %s' % (computes.host_of(name, 'nova-compute') or 'nova',
                            '/'.join(state) if state else
                            'not in os-services'),
-                bool(state) and state[0] in ('up', 'forced_down'))
+                self._service_ready(name, state))
 
     def ready_lines(self, ctx):
         return ['  nova       %s/v2.1, pids %s (compute hosts %s, %s; '

@@ -44,6 +44,7 @@ import urllib.error
 import rados
 import rbd
 
+from devbox import computes
 from devbox import guest_image
 from devbox.services import nova as nova_service
 from tests.functional import test_stack_nova
@@ -55,7 +56,7 @@ HOLD = 30
 #: Another compute host's connector, for a grant after the cut.
 OTHER_HOST = 'box-other'
 #: The box's second compute host: where an evacuation goes.
-SECOND_HOST = nova_service.COMPUTE_HOST + '-2'
+SECOND_HOST = computes.compute_hosts({'computes': 2})[1]
 #: Nova's microversion of os-services by id (forced_down, status).
 SERVICES_VERSION = '2.53'
 
@@ -92,7 +93,7 @@ class GuestLibvirtTestCase(test_stack_nova._NovaBoxTestCase):
 
     def console(self, server_id, host=nova_service.COMPUTE_HOST):
         """The console log of *server_id*'s guest on compute *host*."""
-        instances = 'instances' + host[len(nova_service.COMPUTE_HOST):]
+        instances = 'instances' + computes.suffix(host)
         path = os.path.join(self.state, 'nova', instances, server_id,
                             'console.log')
         if not os.path.exists(path):

@@ -91,8 +91,8 @@ class ClusterBox(object):
 
     def up(self):
         """``up``; once the box has run, without the install step again."""
-        res = self.stack('up') if not hasattr(self, 'info') else \
-            self.stack('up', env={'STACK_SKIP_INSTALL': '1'})
+        res = self.stack('up', env={'STACK_SKIP_INSTALL': '1'}
+                         if hasattr(self, 'info') else None)
         if res.returncode:
             raise AssertionError('stack up failed:\n' + res.stderr[-4000:])
         with open(os.path.join(self.state, 'stack.json')) as f:

@@ -22,6 +22,7 @@ from unittest import mock
 import fixtures
 import testtools
 
+from devbox import computes
 from devbox import services
 from devbox.services import base
 from devbox import stack
@@ -196,6 +197,9 @@ class LibvirtServiceTestCase(testtools.TestCase):
             self.ctx.dir, 'libvirt-2', 'etc', 'qemu.conf')))
         self.assertNotEqual(self.svc.uri(self.ctx),
                             self.svc.uri(self.ctx, 'box-compute-2'))
+        self.assertEqual('box-compute-2',
+                         computes.host_of('libvirtd-2', 'libvirtd'))
+        self.assertIsNone(computes.host_of('nova-api', 'nova-compute'))
 
     def test_the_ceph_key_never_reaches_an_argument(self):
         keyring = os.path.join(self.ctx.dir, 'keyring')
