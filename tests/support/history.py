@@ -93,14 +93,16 @@ class History(object):
 
         The block may set ``event['outcome']`` (``fail`` for a refusal it
         handled, or fields such as ``attachment``); an exception leaves
-        ``info`` (unknown) unless the block set an outcome first.
+        ``info`` (unknown) unless the block set an outcome first, and its
+        text as ``error``: what a failed run's reader needs first.
         """
         event = dict(fields, type='op', kind=kind, volume=volume,
                      start=self.now(), end=None, outcome=None)
         try:
             yield event
-        except BaseException:
+        except BaseException as exc:
             event['outcome'] = event['outcome'] or 'info'
+            event['error'] = ('%s: %s' % (type(exc).__name__, exc))[:300]
             raise
         else:
             event['outcome'] = event['outcome'] or 'ok'

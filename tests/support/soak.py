@@ -84,9 +84,15 @@ class Writer(threading.Thread):
         self.session.close()
 
 
-#: What our driver says when it refuses to grant a host the force-detach
-#: ended (Cinder's attachment update reports every backend error as 500).
-REFUSAL = 'a force-detach ended it'
+#: Correct answers to an operation another one raced, in an API error's
+#: body (Cinder's attachment update reports any backend error as 500).
+REFUSALS = (
+    # Our driver: it will not grant a host whose access a force-detach ended.
+    'a force-detach ended it',
+    # Cinder: the attachment being created was ended meanwhile (a delete or
+    # force-detach of its volume between the reserve and the update).
+    'Volume attachment could not be found',
+)
 
 
 class Soak(object):
@@ -198,10 +204,31 @@ class Soak(object):
                 self.box.api('DELETE', '/attachments/%s' % att_id)
 
     def force_detach_api(self):
+        """os-force_detach; the host named when several are attached.
+
+        Without a connector, our driver refuses a volume with several live
+        attachments (which host leaves is unknown) and Cinder answers 500;
+        an attach that raced the listing earns that refusal.
+        """
         vol_id = self.pick()
-        with self.recorded('force_detach', vol_id):
-            self.box.api('POST', '/volumes/%s/action' % vol_id,
-                         {'os-force_detach': {}})
+        body = {}
+        live = self.box.attachments(vol_id)
+        with self.lock:
+            multiattach = self.volumes.get(vol_id)
+            known = [a['id'] for a in live if a['id'] in self.hosts]
+            if len(live) > 1 and known:
+                att_id = self.rng.choice(known)
+                body = {'attachment_id': att_id,
+                        'connector': tc.connector(self.hosts[att_id])}
+        with self.recorded('force_detach', vol_id,
+                           attachment=body.get('attachment_id')):
+            try:
+                self.box.api('POST', '/volumes/%s/action' % vol_id,
+                             {'os-force_detach': body})
+            except tc.ApiError as err:
+                err.refused = (err.status == 500 and multiattach and
+                               'connector' not in body)
+                raise
 
     def reset_status(self):
         """The operator's status-only reset of an in-use volume (--faults).
@@ -306,7 +333,8 @@ class Soak(object):
             getattr(self, name)()
         except tc.ApiError as err:
             # The whole body: the refusal comes after 160 characters.
-            refused = REFUSAL in err.body
+            refused = getattr(err, 'refused', False) or any(
+                reason in err.body for reason in REFUSALS)
             killed = err.status >= 500 and not refused and \
                 self.in_fault(start)
             with self.lock:

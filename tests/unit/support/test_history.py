@@ -139,6 +139,8 @@ class HistoryTestCase(testtools.TestCase):
                          [(e['kind'], e['outcome']) for e in h.events])
         self.assertTrue(all(e['end'] >= e['start'] for e in h.events))
         self.assertEqual('a1', h.events[0]['attachment'])
+        self.assertEqual([None, None, 'RuntimeError: killed'],
+                         [e.get('error') for e in h.events])
 
     @staticmethod
     def _raise_in(h):

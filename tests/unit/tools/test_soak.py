@@ -15,14 +15,17 @@
 tools/ is not a package: the script is loaded from its path.
 """
 
+import argparse
 import importlib.util
 import io
+import json
 import os
 from unittest import mock
 
 import fixtures
 import testtools
 
+from tests.support import cluster
 from tests.support import soak
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -71,3 +74,71 @@ class SoakTestCase(testtools.TestCase):
         with mock.patch.object(tool.tc, 'ClusterBox') as box:
             self.assertRaises(SystemExit, tool.main, ['--faults'])
         box.assert_not_called()
+
+
+class FakeBox(object):
+    """The box's API as the soak calls it; each call answers *answer*."""
+
+    def __init__(self, live, answer=None):
+        self.live = live
+        self.answer = answer
+        self.calls = []
+
+    def attachments(self, vol_id):
+        return [{'id': att_id} for att_id in self.live]
+
+    def api(self, method, path, body=None, **kwargs):
+        self.calls.append((method, path, body))
+        if self.answer is not None:
+            raise self.answer
+
+
+def api_error(status, message):
+    return cluster.ApiError(status, json.dumps(
+        {'computeFault': {'code': status, 'message': message}}))
+
+
+class ClassifyTestCase(testtools.TestCase):
+    """Which errors of a run are correct answers, which are failures."""
+
+    def run_once(self, box, name, multiattach=False):
+        run = soak.Soak(box, argparse.Namespace(seed=1, history=None))
+        run.volumes = {'v1': multiattach}
+        run.hosts = {'a1': 'soak-h1', 'a2': 'soak-h2'}
+        self.useFixture(fixtures.MockPatch('sys.stdout', io.StringIO()))
+        run.one(name)
+        return run
+
+    def test_an_attach_ended_meanwhile_is_an_answer(self):
+        box = FakeBox([], api_error(500, 'Unable to create attachment for '
+                                    'volume (Volume attachment could not be '
+                                    'found with filter: attachment_id = x.)'))
+        run = self.run_once(box, 'attach')
+        self.assertEqual(0, run.http500)
+        self.assertEqual({'attach 500 refused': 1}, dict(run.errors))
+
+    def test_any_other_500_is_a_failure(self):
+        box = FakeBox([], api_error(500, 'Unable to create attachment for '
+                                    'volume (DBDeadlock).'))
+        self.assertEqual(1, self.run_once(box, 'attach').http500)
+
+    def test_force_detach_names_the_host_among_several(self):
+        box = FakeBox(['a1', 'a2'])
+        self.run_once(box, 'force_detach_api', multiattach=True)
+        body = box.calls[0][2]['os-force_detach']
+        self.assertIn(body['attachment_id'], ('a1', 'a2'))
+        self.assertEqual(cluster.connector(
+            {'a1': 'soak-h1', 'a2': 'soak-h2'}[body['attachment_id']]),
+            body['connector'])
+
+    def test_no_connector_refused_on_a_multiattach_volume(self):
+        """An attach raced the listing: our driver will not guess."""
+        refusal = api_error(500, 'Unable to terminate volume connection '
+                            'from backend.')
+        box = FakeBox(['a1'], refusal)
+        run = self.run_once(box, 'force_detach_api', multiattach=True)
+        self.assertEqual({}, box.calls[0][2]['os-force_detach'])
+        self.assertEqual(0, run.http500)
+        # The same answer on a volume that is not multiattach: a failure.
+        run = self.run_once(FakeBox(['a1'], refusal), 'force_detach_api')
+        self.assertEqual(1, run.http500)
