@@ -250,12 +250,14 @@ class QemuIoInitiator(object):
     PROMPT = b'qemu-io> '
 
     def __init__(self, portal, iqn, initiator, username=None, password=None,
-                 lun=1):
+                 lun=1, prefix=()):
+        # *prefix*: a command that runs qemu-io elsewhere, e.g. on a host of
+        # its own (``ip netns exec NODE``).
         self._dir = tempfile.mkdtemp(prefix='qemu-io-')
         opts = ['driver=iscsi', 'transport=tcp', 'portal=%s' % portal,
                 'target=%s' % iqn, 'lun=%d' % lun,
                 'initiator-name=%s' % initiator]
-        cmd = ['qemu-io']
+        cmd = list(prefix) + ['qemu-io']
         if username:
             secret = os.path.join(self._dir, 'chap')
             fd = os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600)

@@ -108,7 +108,7 @@ class CinderTgtTestCase(CinderServicesTestCase):
 
     def setUp(self):
         self.volumes_dir = self.useFixture(fixtures.TempDir()).path
-        self.tgtd = self.useFixture(tgtd_daemon.TgtdFixture()).tgtd
+        self.tgtd = self.make_tgtd()
         super(CinderTgtTestCase, self).setUp()
         self.initiators = []
         self.addCleanup(self._close_initiators)
@@ -119,9 +119,17 @@ class CinderTgtTestCase(CinderServicesTestCase):
         f['forcedetach_tgt_control_port'] = {'v': self.tgtd.control_port,
                                              'g': BACKEND}
         f['forcedetach_volumes_dir'] = {'v': self.volumes_dir, 'g': BACKEND}
-        f['target_ip_address'] = {'v': '127.0.0.1', 'g': BACKEND}
+        f['target_ip_address'] = {'v': self.tgtd.address, 'g': BACKEND}
         f['target_port'] = {'v': self.tgtd.port, 'g': BACKEND}
         return f
+
+    def make_tgtd(self):
+        """The test's tgtd; a subclass may place it elsewhere."""
+        return self.useFixture(tgtd_daemon.TgtdFixture()).tgtd
+
+    def host_prefix(self, host):
+        """The command prefix that runs a program on *host*: none here."""
+        return ()
 
     # -- helpers ----------------------------------------------------------
 
@@ -133,7 +141,7 @@ class CinderTgtTestCase(CinderServicesTestCase):
         session = qemu_io.QemuIoInitiator(
             data['target_portal'], data['target_iqn'], initiator_name(host),
             data.get('auth_username'), data.get('auth_password'),
-            lun=data['target_lun'])
+            lun=data['target_lun'], prefix=self.host_prefix(host))
         self.initiators.append(session)
         # The volume whose backing store its cut-off check reads.
         session.volume_id = data.get('volume_id') or (

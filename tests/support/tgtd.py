@@ -19,13 +19,22 @@ TGTD_SOCKET_DIR = fakes.TGTD_SOCKET_DIR
 
 
 class Tgtd(object):
-    """One tgtd on 127.0.0.1, with its own control port and iSCSI port."""
+    """One tgtd with its own control port and iSCSI port.
 
-    def __init__(self, log_dir, iothreads=None):
+    On 127.0.0.1, or on a lab node (:mod:`devbox.netns`): *prefix* runs it
+    there and *address* is the node's.  Its control socket is a file, so
+    tgtadm reaches it from anywhere.
+    """
+
+    def __init__(self, log_dir, iothreads=None, address='127.0.0.1',
+                 prefix=()):
         #: tgtd's I/O threads per LUN (``-t``; tgtd's default: 16)
         self.iothreads = iothreads
+        self.address = address
+        self.prefix = list(prefix)
         self.control_port = fakes.free_tgtd_control_port()
-        self.port = fakes.free_tcp_port()
+        # A node's ports are its own.
+        self.port = 3260 if prefix else fakes.free_tcp_port()
         self.log_path = os.path.join(log_dir, 'tgtd-%d.log' % self.port)
         self.proc = None
 
@@ -33,14 +42,19 @@ class Tgtd(object):
         return tgtd.tgtadm(self.control_port, *args, check=check)
 
     def _listening(self):
+        if self.prefix:     # out of reach: ask tgtd itself
+            return ('Portal: %s:%d' % (self.address, self.port)) in \
+                self.tgtadm('--op', 'show', '--mode', 'portal',
+                            check=False).stdout
         with socket.socket() as s:
-            return s.connect_ex(('127.0.0.1', self.port)) == 0
+            return s.connect_ex((self.address, self.port)) == 0
 
     def start(self):
         with open(self.log_path, 'ab') as log:
             self.proc = subprocess.Popen(
-                ['tgtd', '-f', '-C', str(self.control_port), '--iscsi',
-                 'portal=127.0.0.1:%d' % self.port] + (
+                self.prefix + [
+                    'tgtd', '-f', '-C', str(self.control_port), '--iscsi',
+                    'portal=%s:%d' % (self.address, self.port)] + (
                     ['-t', str(self.iothreads)] if self.iothreads else []),
                 stdout=log, stderr=subprocess.STDOUT)
         waiting.wait_for(
@@ -79,8 +93,12 @@ class Tgtd(object):
 
 
 class TgtdFixture(fixtures.Fixture):
+    def __init__(self, **kwargs):
+        super(TgtdFixture, self).__init__()
+        self.kwargs = kwargs        # Tgtd's
+
     def _setUp(self):
         self.log_dir = self.useFixture(fixtures.TempDir()).path
-        self.tgtd = Tgtd(self.log_dir)
+        self.tgtd = Tgtd(self.log_dir, **self.kwargs)
         self.tgtd.start()
         self.addCleanup(self.tgtd.stop)
