@@ -94,16 +94,18 @@ def force_detach(client, volume, connector=None, attachment_id=None,
     ``'result'``; raises :class:`~.errors.CliError`.
     """
     volume_id = client.resolve_volume(volume)
-    if connector is None:
+    attached = client.get_volume(volume_id).get('attachments') or []
+    if connector is None and not attachment_id and len(attached) > 1:
         # Without a connector Cinder asks the driver to revoke every host:
         # on a multiattach volume that would cut off the hosts that stay.
-        attached = client.get_volume(volume_id).get('attachments') or []
-        if len(attached) > 1 and not all_hosts:
+        if not all_hosts:
             raise CliError(EXIT_USAGE, 'volume %s has %d attachments: give '
                            'the --connector of the host to detach, or '
                            '--all-hosts' % (volume_id, len(attached)))
-        if len(attached) > 1 and not attachment_id:
-            return _detach_each(client, volume_id, attached)
+        return _detach_each(client, volume_id, attached)
+    if len(attached) > 1 and (connector is None or not client.service_token):
+        return _detach_one_of_several(client, volume_id, attached,
+                                      connector, attachment_id)
     result = {}
     try:
         client.force_detach(volume_id, connector=connector,
@@ -117,6 +119,43 @@ def force_detach(client, volume, connector=None, attachment_id=None,
     volume = client.get_volume(volume_id)
     return dict(result, volume_id=volume_id, status=volume.get('status'),
                 attachments=_attachment_ids(volume))
+
+
+def _detach_one_of_several(client, volume_id, attached, connector,
+                           attachment_id):
+    """One host of a volume with several attachments: its attachments end.
+
+    Cinder refuses an os-force_detach of a volume with several attachments
+    unless a service sends it (bug #2004555's guard: 409), and the driver
+    refuses one that names no connector among several; an attachment
+    delete tears its host down with the connector Cinder kept.  The host
+    is *attachment_id*'s, else every attachment of *connector*'s host.
+    """
+    if attachment_id:
+        # Only an attachment of this volume: an id is the client's word.
+        ids = [each for each in _attachment_ids({'attachments': attached})
+               if each == attachment_id]
+    else:
+        ids = [a.get('attachment_id') or a.get('id') for a in attached
+               if a.get('host_name') == connector.get('host')]
+        if not ids:
+            raise CliError(EXIT_NOT_FOUND, 'volume %s has no attachment of '
+                           'host %s among its %d; Cinder refuses a force-'
+                           'detach that names no attachment of several' % (
+                               volume_id, connector.get('host'),
+                               len(attached)))
+    for each in ids:
+        try:
+            client.delete_attachment(each)
+        except CliError as err:
+            if err.code != EXIT_NOT_FOUND:     # gone already: a re-run
+                raise
+    volume = client.get_volume(volume_id)
+    return {'result': 'detached: attachment delete of %s' % ', '.join(ids)
+            if ids else 'already detached: attachment %s is no longer an '
+            'attachment of the volume' % attachment_id,
+            'volume_id': volume_id, 'status': volume.get('status'),
+            'attachments': _attachment_ids(volume)}
 
 
 def _detach_each(client, volume_id, attached):

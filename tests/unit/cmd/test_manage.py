@@ -117,6 +117,60 @@ class ManageTestCase(fake_cinder.FakeCinderTestCase):
         self.assertIn('one attachment delete each',
                       json.loads(out)['result'])
 
+    SEVERAL = {'volume': {'id': VOL, 'status': 'in-use', 'attachments': [
+        {'attachment_id': 'a', 'host_name': 'h1'},
+        {'attachment_id': 'b', 'host_name': 'h2'}]}}
+
+    def deletes(self):
+        return [s[1] for s in self.httpd.seen if s[0] == 'DELETE']
+
+    def test_one_host_of_several_is_an_attachment_delete(self):
+        """Cinder 409s an os-force_detach of a volume with several."""
+        self.answer('GET', '/volumes/%s' % VOL, 200, self.SEVERAL)
+        self.answer('DELETE', '/attachments/b', 200, {})
+        for extra in (['--connector', '{"host": "h2"}'],
+                      ['--attachment', 'b'],
+                      ['--attachment', 'b', '--connector', '{"host": "h2"}']):
+            self.httpd.seen[:] = []
+            code, out, err = self.cli('--format', 'json', 'volume',
+                                      'force-detach', VOL, *extra)
+            self.assertEqual(0, code, err)
+            self.assertEqual(['/v3/%s/attachments/b' % PROJECT],
+                             self.deletes(), extra)
+            self.assertEqual([], self.posts())
+            self.assertIn('attachment delete of b', json.loads(out)['result'])
+
+    def test_an_attachment_of_another_volume_is_not_deleted(self):
+        self.answer('GET', '/volumes/%s' % VOL, 200, self.SEVERAL)
+        code, out, err = self.cli('--format', 'json', 'volume',
+                                  'force-detach', VOL, '--attachment', ATT)
+        self.assertEqual(0, code, err)
+        self.assertEqual([], self.deletes())
+        self.assertEqual([], self.posts())
+        self.assertTrue(json.loads(out)['result'].startswith(
+            'already detached'))
+
+    def test_a_host_without_an_attachment_among_several(self):
+        self.answer('GET', '/volumes/%s' % VOL, 200, self.SEVERAL)
+        code, _out, err = self.cli('volume', 'force-detach', VOL,
+                                   '--connector', '{"host": "h9"}')
+        self.assertEqual(errors.EXIT_NOT_FOUND, code)
+        self.assertIn('no attachment of host h9', err)
+        self.assertEqual(([], []), (self.deletes(), self.posts()))
+
+    def test_a_service_names_one_host_of_several_to_force_detach(self):
+        """Cinder's guard lets a service through: the driver revokes."""
+        self.answer('GET', '/volumes/%s' % VOL, 200, self.SEVERAL)
+        self.answer('POST', '/volumes/%s/action' % VOL, 202)
+        code, _out, err = self.cli('volume', 'force-detach', VOL,
+                                   '--service-token',
+                                   '--connector', '{"host": "h2"}')
+        self.assertEqual(0, code, err)
+        (_m, _p, _h, body), = self.posts()
+        self.assertEqual({'os-force_detach': {'connector': {'host': 'h2'}}},
+                         body)
+        self.assertEqual([], self.deletes())
+
     def test_rerun_of_a_finished_force_detach_is_a_success(self):
         """Cinder answers 409 to a volume it already detached."""
         self.answer('POST', '/volumes/%s/action' % VOL, 409,
