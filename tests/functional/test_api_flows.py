@@ -74,6 +74,7 @@ from testtools import content
 from cinder_forcedetach.cmd import manage
 from tests import fakes
 from tests.functional import base
+from tests.support import cutoff
 
 SERVICE = base.SERVICE
 GiB = 1 << 30
@@ -905,6 +906,41 @@ class CliTestCase(ApiFlowTestCase):
         self.addDetail('re-run results', content.text_content(
             repr(results)))
         self.assert_detached(vol_id)
+
+    def test_force_detach_one_host_of_several(self):
+        """The CLI ends one host of a multiattach volume; the other writes.
+
+        Cinder refuses an os-force_detach of a volume with several
+        attachments (bug #2004555's guard, and our driver would get no
+        connector), so the CLI deletes the named attachment.  Without the
+        service token Nova's attachment stays Nova's to end (409, nothing
+        changed); with it, compute1's access is cut and compute2 keeps
+        the volume.
+        """
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att1, info1, _inst = self.nova_attach(vol_id, 'compute1')
+        att2, info2, _inst = self.nova_attach(vol_id, 'compute2')
+        host1, host2 = self.login(info1, 'compute1'), self.login(info2,
+                                                                 'compute2')
+        code, _o, err = self.cli('volume', 'force-detach', vol_id,
+                                 '--attachment', att1['id'])
+        self.assertEqual(manage.EXIT_CONFLICT, code, err)
+        self.assertEqual(2, len(self.db_state(vol_id)[2]))
+
+        self.control_write(host1)
+        code, out, err = self.cli('--format', 'json', 'volume',
+                                  'force-detach', vol_id, '--service-token',
+                                  '--attachment', att1['id'])
+        self.assertEqual(0, code, err)
+        shown = json.loads(out)
+        self.assertEqual(('in-use', [att2['id']]),
+                         (shown['status'], shown['attachments']))
+        self.assert_cut_off(host1, volume_id=vol_id)
+        self.assertEqual(cutoff.Outcome.WROTE,
+                         host2.try_write(0x6b, offset=8192).kind)
+        self.assertEqual([base.initiator_name('compute2')],
+                         self.target_state(vol_id).acls)
 
     def test_force_detach_needs_connector_on_multiattach(self):
         vol_id = self.create_volume(
