@@ -255,10 +255,15 @@ class Nova(base.Service):
             self.url(ctx.info) + '/v2.1/'), ctx.s.timeout, 'nova-api', api)
         boxutil.wait_for(lambda: self.ready(ctx), ctx.s.timeout,
                          'nova-compute to be up')
-        # The scheduler maps new hosts every 10 s; do it now.
-        self._manage(ctx, 'cell_v2', 'discover_hosts')
+        # A compute is up in os-services before its node exists: map the
+        # hosts once every node does (the scheduler would, within 10 s),
+        # and be done once placement offers each of them: a boot before
+        # that finds no valid host.
         boxutil.wait_for(lambda: self._hypervisor_listed(ctx), ctx.s.timeout,
                          'the compute hosts in os-hypervisors')
+        self._manage(ctx, 'cell_v2', 'discover_hosts')
+        boxutil.wait_for(lambda: self._offered(ctx), ctx.s.timeout,
+                         'each compute host offered by placement')
         self._ensure_flavors(ctx)
         self._ensure_image(ctx)
 
@@ -317,6 +322,23 @@ class Nova(base.Service):
         found = self.call(ctx, 'GET', '/os-hypervisors/detail')['hypervisors']
         return set(computes.compute_hosts(ctx.info)) <= {
             h['service']['host'] for h in found}
+
+    #: The least a server asks of a host, as placement is asked it.
+    OFFER_QUERY = '/allocation_candidates?resources=VCPU:1,MEMORY_MB:64'
+
+    def _offered(self, ctx):
+        """Whether placement offers every compute host (its inventory in).
+
+        Disabled or not: a box brought up again may hold a host a test
+        disabled, which the scheduler then filters out on purpose.
+        """
+        placement = ctx.service('placement-api').url(ctx.info)
+        answer = ctx.http_json(placement + self.OFFER_QUERY, 'GET', None,
+                               {'OpenStack-API-Version': 'placement 1.22'})
+        providers = ctx.http_json(placement + '/resource_providers', 'GET')
+        offered = {p['name'] for p in providers['resource_providers']
+                   if p['uuid'] in answer['provider_summaries']}
+        return set(computes.compute_hosts(ctx.info)) <= offered
 
     def _ensure_flavors(self, ctx):
         have = {f['name'] for f in self.call(ctx, 'GET',

@@ -20,6 +20,11 @@ this test started.  Tooz locks are real (file backend).
 """
 
 
+import collections
+import os
+import subprocess
+import sys
+
 from cinder.volume import configuration
 import fixtures
 from oslo_config import cfg
@@ -27,12 +32,15 @@ from oslo_config import cfg
 # Imported before flags are set, so that its options are registered.
 from cinder_forcedetach.conformance import harness
 from cinder_forcedetach.conformance import initiator as qemu_io
+from cinder_forcedetach.conformance import sqlite_locking
 from cinder_forcedetach.conformance import suite
 from cinder_forcedetach.drivers import iscsi  # noqa: F401
 from tests.support import cutoff
 from tests.support import tgtd as tgtd_daemon
 
 CONF = cfg.CONF
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 DRIVER = 'cinder_forcedetach.drivers.iscsi.TgtISCSIDriver'
 BACKEND = configuration.SHARED_CONF_GROUP
 SERVICE = harness.SERVICE_HEADERS
@@ -78,6 +86,50 @@ class CinderServicesTestCase(harness.CinderServices):
 
     def connector(self, host):
         return connector_for(host)
+
+    def write_cinder_conf(self):
+        """cinder.conf of this test's volume service, for local commands.
+
+        The flags this test gave Cinder's services (``_get_flags``), with
+        their database, lock path, coordination backend and host: what
+        ``cinder-forcedetach`` reads on a volume host.
+        """
+        sections = collections.defaultdict(dict)
+        for name, flag in self._get_flags().items():
+            value = flag['v']
+            sections[flag.get('g', 'DEFAULT')][name] = (
+                ','.join(map(str, value)) if isinstance(value, list)
+                else value)
+        lock_path = CONF.oslo_concurrency.lock_path
+        sections['DEFAULT'].update(host=self.volume.host,
+                                   state_path=lock_path, lock_path=lock_path)
+        sections['oslo_concurrency']['lock_path'] = lock_path
+        sections['database']['connection'] = CONF.database.connection
+        sections['coordination']['backend_url'] = \
+            CONF.coordination.backend_url
+        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                            'cinder.conf')
+        # Privileged calls (tgtadm) start a privsep helper: we are root, it
+        # needs no sudo in front (as the box's cinder.conf has it).
+        for section in ('cinder_sys_admin', 'privsep_osbrick'):
+            sections[section]['helper_command'] = '%s --config-file %s' % (
+                os.path.join(sys.prefix, 'bin', 'privsep-helper'), path)
+        with open(path, 'w') as f:
+            for section, options in sections.items():
+                f.write('[%s]\n' % section)
+                for name, value in sorted(options.items()):
+                    f.write('%s = %s\n' % (name, value))
+        return path
+
+    def local_cli(self, *args):
+        """``cinder-forcedetach --format json ARGS`` on this volume host."""
+        return subprocess.run(
+            [sys.executable, '-m', 'cinder_forcedetach.cmd.manage',
+             '--format', 'json'] + list(args) +
+            ['--config-file', self.write_cinder_conf()],
+            env=dict(os.environ, PYTHONPATH=sqlite_locking.pythonpath(
+                REPO)), cwd=REPO, capture_output=True, text=True,
+            timeout=120)
 
     def attach(self, volume_id, host, complete=True, instance=None):
         """Attachment API (3.27+) as Nova drives it; returns (att, info)."""

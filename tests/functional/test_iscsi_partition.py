@@ -25,6 +25,7 @@ Cinder's services run in this process; they reach tgtd through its
 control socket (a file), as the volume service reaches a local tgtd.
 """
 
+import json
 import time
 
 from devbox import netns
@@ -186,3 +187,60 @@ class TgtPartitionTestCase(base.CinderTgtTestCase):
         self.assertNotIn(base.initiator_name('h1'), state.acls)
         self.assertEqual([base.initiator_name('h2')],
                          [s.initiator for s in state.sessions])
+
+    def test_host_fence_of_a_partitioned_host(self):
+        """``cinder-forcedetach host fence h1`` with h1 cut off, writing.
+
+        h1 holds three volumes (the third multiattach, h2 writing it too),
+        a write hung on each; the operator's host fence, on this volume
+        host: every volume of h1 through the force-detach flow, h1's
+        attachments ended in Cinder, h2's kept.  After the heal no hung
+        write lands, h1 is refused on each, h2 writes on.  Run again, the
+        fence finds nothing.
+        """
+        shared = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        _att, info = self.attach(shared, 'h2')
+        h2 = self.login(info, 'h2')
+        volumes = [self.create_volume()['id'] for _ in range(2)] + [shared]
+        sessions = {}
+        for volume_id in volumes:
+            _att, info = self.attach(volume_id, 'h1')
+            sessions[volume_id] = self.login(info, 'h1')
+        self.lab.partition('h1')
+        self.addCleanup(self.lab.heal, 'h1')
+        for session in sessions.values():
+            self.hung_write(session, 0xa1, HUNG)
+
+        start = time.monotonic()
+        res = self.local_cli('host', 'fence', 'h1')
+        print('host fence of a partitioned host, %d volumes: %.1f s' % (
+            len(volumes), time.monotonic() - start))
+        self.assertEqual(0, res.returncode, res.stderr)
+        self.assertEqual({v: 'fenced' for v in volumes},
+                         {r['volume_id']: r['result']
+                          for r in json.loads(res.stdout)})
+        for volume_id in volumes[:2]:
+            self.assert_detached(volume_id)
+        self.assertEqual(['h2'], [a['host_name'] for a in
+                                  self.api.get_volume(shared)[
+                                      'attachments']])
+
+        self.lab.heal('h1')
+        time.sleep(RECONNECT_WAIT)
+        for volume_id, session in sessions.items():
+            self.assertFalse(
+                b'\xa1' in self.backing_block(volume_id, HUNG),
+                'the partitioned host\'s hung write landed on %s' %
+                volume_id)
+            cutoff.assert_refused(
+                self, session.try_write(0xa7, HUNG, timeout=3,
+                                        refusal_wait=35),
+                'h1 on %s after the heal' % volume_id)
+        self.assertEqual(cutoff.Outcome.WROTE,
+                         h2.try_write(0xb2, SUCCESSOR).kind,
+                         'the host fence cut h2')
+
+        res = self.local_cli('host', 'fence', 'h1')
+        self.assertEqual((0, []), (res.returncode, json.loads(res.stdout)),
+                         res.stderr)

@@ -172,10 +172,26 @@ class _NovaBoxTestCase(testtools.TestCase):
     def settled(self, server_id, status='ACTIVE'):
         def done():
             srv = self.server(server_id)
-            self.assertNotEqual('ERROR', srv['status'], srv.get('fault'))
+            if srv['status'] == 'ERROR':
+                self.fail('server %s ERROR: %s\nthe scheduler said:\n%s' % (
+                    server_id, (srv.get('fault') or {}).get('message'),
+                    self.scheduler_reasons()))
             return (srv['status'] == status and
                     srv['OS-EXT-STS:task_state'] is None)
         self.wait(done, 'server %s %s' % (server_id, status))
+
+    def scheduler_reasons(self, lines=12):
+        """The scheduler log's last lines on hosts: what a failed boot met."""
+        path = os.path.join(self.state, 'logs', 'nova-scheduler.log')
+        try:
+            with open(path, errors='replace') as f:
+                found = [line.rstrip()[:300] for line in f if any(
+                    word in line for word in (
+                        'Filter', 'allocation candidates', 'NoValidHost',
+                        'No valid host', 'unmapped', 'hosts'))]
+        except OSError as err:
+            return str(err)
+        return '\n'.join(found[-lines:]) or '(nothing)'
 
     def boot(self, name, boot_volume=None):
         """A server booted from *boot_volume*, else from the box's image."""

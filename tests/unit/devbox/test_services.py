@@ -251,6 +251,33 @@ class NovaComputesTestCase(testtools.TestCase):
                       parser['libvirt']['connection_uri'])
 
 
+class NovaOfferedTestCase(testtools.TestCase):
+    """Ready once placement offers every compute host, disabled or not."""
+
+    def offered(self, candidates):
+        ctx = mock.Mock(info={'nova': True, 'computes': 2})
+        ctx.service.return_value.url.return_value = 'http://placement'
+        providers = {'resource_providers': [
+            {'name': 'box-compute', 'uuid': 'u1'},
+            {'name': 'box-compute-2', 'uuid': 'u2'}]}
+
+        def http_json(url, method, body=None, headers=None):
+            if '/allocation_candidates' in url:
+                self.assertNotIn('COMPUTE_STATUS_DISABLED', url)
+                return {'provider_summaries': {u: {} for u in candidates}}
+            return providers
+        ctx.http_json.side_effect = http_json
+        return services.registry()['nova']._offered(ctx)
+
+    def test_every_compute_host_offered(self):
+        self.assertTrue(self.offered(['u1', 'u2']))
+
+    def test_a_host_without_inventory_yet(self):
+        """Up in os-services, its node known, its inventory not in yet."""
+        self.assertFalse(self.offered(['u2']))
+        self.assertFalse(self.offered([]))
+
+
 class HorizonServiceTestCase(testtools.TestCase):
     """Horizon's local settings: in the box's directory, our panel on."""
 
