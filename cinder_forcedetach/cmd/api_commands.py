@@ -133,10 +133,10 @@ def _detach_one_of_several(client, volume_id, attached, connector,
     """
     if attachment_id:
         # Only an attachment of this volume: an id is the client's word.
-        ids = [each for each in _attachment_ids({'attachments': attached})
+        ids = [each for each in map(_attachment_id, attached)
                if each == attachment_id]
     else:
-        ids = [a.get('attachment_id') or a.get('id') for a in attached
+        ids = [_attachment_id(a) for a in attached
                if a.get('host_name') == connector.get('host')]
         if not ids:
             raise CliError(EXIT_NOT_FOUND, 'volume %s has no attachment of '
@@ -144,18 +144,11 @@ def _detach_one_of_several(client, volume_id, attached, connector,
                            'detach that names no attachment of several' % (
                                volume_id, connector.get('host'),
                                len(attached)))
-    for each in ids:
-        try:
-            client.delete_attachment(each)
-        except CliError as err:
-            if err.code != EXIT_NOT_FOUND:     # gone already: a re-run
-                raise
-    volume = client.get_volume(volume_id)
-    return {'result': 'detached: attachment delete of %s' % ', '.join(ids)
-            if ids else 'already detached: attachment %s is no longer an '
-            'attachment of the volume' % attachment_id,
-            'volume_id': volume_id, 'status': volume.get('status'),
-            'attachments': _attachment_ids(volume)}
+    return _delete_attachments(
+        client, volume_id, ids,
+        'detached: attachment delete of %s' % ', '.join(ids) if ids else
+        'already detached: attachment %s is no longer an attachment of '
+        'the volume' % attachment_id)
 
 
 def _detach_each(client, volume_id, attached):
@@ -165,21 +158,32 @@ def _detach_each(client, volume_id, attached):
     and a teardown without a connector among several is refused); each
     attachment delete tears its host down with the connector Cinder kept.
     """
-    for attachment_id in _attachment_ids({'attachments': attached}):
+    return _delete_attachments(
+        client, volume_id, [_attachment_id(a) for a in attached],
+        'every host detached, one attachment delete each')
+
+
+def _delete_attachments(client, volume_id, ids, result):
+    """Delete each attachment of *ids*; *result* and the volume after."""
+    for each in ids:
         try:
-            client.delete_attachment(attachment_id)
+            client.delete_attachment(each)
         except CliError as err:
             if err.code != EXIT_NOT_FOUND:     # gone already: a re-run
                 raise
     volume = client.get_volume(volume_id)
-    return {'result': 'every host detached, one attachment delete each',
-            'volume_id': volume_id, 'status': volume.get('status'),
+    return {'result': result, 'volume_id': volume_id,
+            'status': volume.get('status'),
             'attachments': _attachment_ids(volume)}
 
 
+def _attachment_id(attachment):
+    """The id of one of a volume's ``attachments`` entries."""
+    return attachment.get('attachment_id') or attachment.get('id')
+
+
 def _attachment_ids(volume):
-    return [a.get('attachment_id') or a.get('id')
-            for a in volume.get('attachments') or []]
+    return [_attachment_id(a) for a in volume.get('attachments') or []]
 
 
 def _already_detached(client, volume_id, attachment_id, conflict):
