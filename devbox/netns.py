@@ -31,6 +31,7 @@ through files (unix sockets, the volumes' backing files).
 import ipaddress
 import itertools
 import os
+import re
 import subprocess
 
 #: Addresses of the lab's nodes (TEST-NET-2): only inside our namespaces.
@@ -39,6 +40,7 @@ SUBNET = ipaddress.ip_network('198.51.100.0/24')
 FIRST_HOST = 10
 BRIDGE = 'br0'
 _LABS = itertools.count(1)
+_DEFAULT_NAME = re.compile(r'^cfd(\d+)-\d+-')
 #: A node's end of its veth pair.
 NODE_LINK = 'eth0'
 
@@ -51,6 +53,25 @@ def ip(*args):
         raise RuntimeError('ip %s: %s' % (' '.join(args),
                                           res.stderr.strip()))
     return res.stdout
+
+
+def namespaces():
+    """The names of this machine's named network namespaces."""
+    return [line.split()[0] for line in ip('netns', 'list').splitlines()
+            if line.strip()]
+
+
+def remove_stale():
+    """Delete the namespaces of labs whose process is gone (killed runs).
+
+    A lab's default names start ``cfd<pid>-``; a process killed before
+    :meth:`Lab.close` leaves them.  Only those of a pid that no longer
+    runs go.
+    """
+    for name in namespaces():
+        match = _DEFAULT_NAME.match(name)
+        if match and not os.path.exists('/proc/%s' % match.group(1)):
+            ip('netns', 'delete', name)
 
 
 class Node(object):
@@ -76,6 +97,7 @@ class Lab(object):
 
     def __init__(self, tag=None):
         self.tag = tag or 'cfd%d-%d' % (os.getpid(), next(_LABS))
+        remove_stale()
         self.switch = '%s-switch' % self.tag
         self.nodes = {}
         self._created = []
@@ -84,7 +106,7 @@ class Lab(object):
         ip('-n', self.switch, 'link', 'set', BRIDGE, 'up')
 
     def _add_netns(self, name):
-        if name in ip('netns', 'list').split():
+        if name in namespaces():
             ip('netns', 'delete', name)         # a killed run's
         ip('netns', 'add', name)
         self._created.append(name)
@@ -135,6 +157,6 @@ class Lab(object):
         """
         while self._created:
             name = self._created.pop()
-            if name in ip('netns', 'list').split():
+            if name in namespaces():
                 ip('netns', 'delete', name)
         self.nodes = {}

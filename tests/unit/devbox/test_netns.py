@@ -17,6 +17,7 @@ allow them; a few hundred milliseconds); a listener on one node and a
 client on another, each a process of its own in its node's namespace.
 """
 
+import os
 import subprocess
 import sys
 
@@ -97,3 +98,27 @@ class LabTestCase(testtools.TestCase):
 
     def test_a_node_name_is_taken_once(self):
         self.assertRaises(ValueError, self.lab.add, 'client')
+
+
+class StaleTestCase(testtools.TestCase):
+    """A killed run's lab goes when the next lab starts; a live one stays."""
+
+    def test_only_a_dead_process_namespaces_go(self):
+        child = subprocess.Popen(['true'])
+        child.wait()
+        dead = 'cfd%d-1-switch' % child.pid
+        live = 'cfd%d-999-switch' % os.getpid()
+        for name in (dead, live):
+            netns.ip('netns', 'add', name)
+            self.addCleanup(self._delete, name)
+        lab = netns.Lab()
+        self.addCleanup(lab.close)
+        names = netns.namespaces()
+        self.assertNotIn(dead, names)
+        self.assertIn(live, names)
+        self.assertIn(lab.switch, names)
+
+    @staticmethod
+    def _delete(name):
+        if name in netns.namespaces():
+            netns.ip('netns', 'delete', name)
