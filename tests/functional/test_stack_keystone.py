@@ -17,13 +17,16 @@ tokens), cinder-api behind keystonemiddleware, the ``cinder`` service user
 with the ``service`` role.  The printed client commands authenticate through
 ``STATE/openrc``; no password is printed or logged.
 
-On a volume two hosts attach, Cinder's bug-2004555 guard refuses an admin's
-os-force_detach (409: only a service may detach what Nova may still use);
-the admin's own token sent as a service token is refused too (no
-``service`` role); the service user's token (what Nova sends) passes, and
-our teardown revokes exactly the host that leaves.  The same again through
-``openstack volume force detach`` (the OpenStackClient plugin), and a
-reset-state found and repaired by ``openstack volume audit --fix``.
+On a volume two hosts attach.  The admin's own token sent as a service
+token is refused (no ``service`` role); the service user's token (what Nova
+sends) passes Cinder's bug-2004555 guard, and our teardown revokes exactly
+the host that leaves.  The admin without a service token ends one host of
+several with an attachment delete (Cinder refuses an os-force_detach of a
+volume with several attachments to anyone but a service; it lets an admin
+delete an attachment no instance holds): again only that host leaves.  The
+same through ``openstack volume force detach`` (the OpenStackClient
+plugin), and a reset-state found and repaired by ``openstack volume audit
+--fix``.
 """
 
 import json
@@ -104,11 +107,6 @@ class KeystoneBoxTestCase(testtools.TestCase):
                    "'%s'" % (vol, attachments['k1'], json.dumps(
                        {'host': 'k1', 'initiator': IQN + 'k1'}))
 
-        # The admin: Cinder's guard (a 409, not a 500), nothing torn down.
-        refused = self.shell(manage + one_host)
-        self.assertEqual(3, refused.returncode, refused.stderr)
-        self.assertIn('HTTP 409', refused.stderr)
-        self.assertEqual({IQN + 'k1', IQN + 'k2'}, self.acls(vol))
         # The admin's token as a service token: no service role, refused.
         posing = self.shell(manage.replace('cinder-forcedetach',
                                            'cinder-forcedetach '
@@ -121,6 +119,17 @@ class KeystoneBoxTestCase(testtools.TestCase):
             'cinder-forcedetach', 'cinder-forcedetach --service-token') +
             one_host)
         self.assertEqual(0, detached.returncode, detached.stderr)
+        self.assertEqual({IQN + 'k2'}, self.acls(vol))
+        self.wait_status(openrc, cinder, vol, 'in-use')
+
+        # The admin, no service token: k1's attachment deleted (no instance
+        # holds it), k2 keeps its access.
+        again = self.attach(openrc, cinder, vol, 'k1')
+        self.assertEqual({IQN + 'k1', IQN + 'k2'}, self.acls(vol))
+        ended = self.shell(manage + one_host.replace(attachments['k1'],
+                                                     again))
+        self.assertEqual(0, ended.returncode, ended.stderr)
+        self.assertIn('attachment delete of %s' % again, ended.stdout)
         self.assertEqual({IQN + 'k2'}, self.acls(vol))
         self.wait_status(openrc, cinder, vol, 'in-use')
 
@@ -145,9 +154,9 @@ class KeystoneBoxTestCase(testtools.TestCase):
     def check_openstack_plugin(self, openrc, cinder, vol):
         """The same through ``openstack`` (our OpenStackClient plugin).
 
-        Both hosts attach again; the admin is refused k1 (Cinder's guard:
-        exit 1, the 409 on stderr), the service user with
-        ``--service-token`` detaches it (k2 keeps its ACL), an unknown
+        Both hosts attach again; the service user with ``--service-token``
+        detaches k1 (k2 keeps its ACL); k1 attaches again and the admin
+        ends it with an attachment delete (k2 keeps its ACL); an unknown
         volume fails clearly, and the admin detaches the last host (the
         target goes).  Outputs go through the secrets check of the test.
         """
@@ -178,15 +187,19 @@ class KeystoneBoxTestCase(testtools.TestCase):
         one_host = 'volume force detach -f json %s --attachment %s ' \
                    "--connector '%s'" % (vol, attachments['k1'], json.dumps(
                        {'host': 'k1', 'initiator': IQN + 'k1'}))
-        refused = self.shell(admin + one_host)
-        self.assertEqual(1, refused.returncode, refused.stdout)
-        self.assertIn('HTTP 409', refused.stderr)
-        self.assertNotIn('Traceback', refused.stderr)
-        self.assertEqual({IQN + 'k1', IQN + 'k2'}, self.acls(vol))
-
         detached = self.shell(service + one_host + ' --service-token')
         self.assertEqual(0, detached.returncode, detached.stderr)
         result = json.loads(detached.stdout)
+        self.assertEqual((vol, [attachments['k2']]),
+                         (result['volume_id'], result['attachments']))
+        self.assertEqual({IQN + 'k2'}, self.acls(vol))
+
+        again = self.attach(openrc, cinder, vol, 'k1')
+        ended = self.shell(admin + one_host.replace(attachments['k1'],
+                                                    again))
+        self.assertEqual(0, ended.returncode, ended.stderr)
+        self.assertNotIn('Traceback', ended.stderr)
+        result = json.loads(ended.stdout)
         self.assertEqual((vol, [attachments['k2']]),
                          (result['volume_id'], result['attachments']))
         self.assertEqual({IQN + 'k2'}, self.acls(vol))
