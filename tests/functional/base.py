@@ -206,6 +206,11 @@ class CinderTgtTestCase(CinderServicesTestCase):
     def backing_path(self, volume_id):
         return self.driver.local_path(self.db_volume(volume_id))
 
+    def backing_block(self, volume_id, offset):
+        """The 4 KiB block at *offset* of the volume's backing file."""
+        return cutoff.backing_reader(self.backing_path(volume_id))(
+            offset, cutoff.BLOCK)
+
     def control_write(self, session, pattern=0x5a, offset=0):
         """A control write on *session* right before a teardown."""
         return cutoff.control_write(self, session, pattern, offset)

@@ -62,11 +62,6 @@ class TgtPartitionTestCase(base.CinderTgtTestCase):
         connector = super(TgtPartitionTestCase, self).connector(host)
         return dict(connector, ip=self.lab.nodes[host].address)
 
-    def backing_block(self, volume_id, offset):
-        with open(self.backing_path(volume_id), 'rb') as f:
-            f.seek(offset)
-            return f.read(BLOCK)
-
     def hung_write(self, session, pattern, offset):
         """A write of the partitioned host: no answer, still pending."""
         outcome = session.try_write(pattern, offset, timeout=3)
@@ -74,29 +69,40 @@ class TgtPartitionTestCase(base.CinderTgtTestCase):
                          'a partitioned host got an answer: %s' % outcome)
         return outcome
 
-    def force_detach(self, volume_id, **body):
+    def force_detach(self, volume_id):
         start = time.monotonic()
         self.api.api_post('/volumes/%s/action' % volume_id,
-                          {'os-force_detach': body},
+                          {'os-force_detach': {}},
                           check_response_status=[202])
         print('force-detach of a partitioned host: %.1f s' % (
             time.monotonic() - start))
 
-    def assert_stays_cut(self, session, volume_id):
-        """After the heal: the hung write never lands, a new one is refused.
+    def assert_stays_cut(self, sessions):
+        """After the heal: no hung write lands, a new one is refused.
 
-        libiscsi reconnects within seconds of the heal and retries the
-        hung write; :data:`RECONNECT_WAIT` is well past that.
+        *sessions*: ``{volume_id: h1's session}``.  libiscsi reconnects
+        within seconds of the heal and retries the hung write;
+        :data:`RECONNECT_WAIT` is well past that.
         """
         self.lab.heal('h1')
         time.sleep(RECONNECT_WAIT)
-        self.assertFalse(b'\xa1' in self.backing_block(volume_id, HUNG),
-                         'the partitioned host\'s hung write landed')
-        cutoff.assert_refused(
-            self, session.try_write(0xa7, HUNG, timeout=3, refusal_wait=35),
-            'h1 after the heal')
-        self.assertFalse(b'\xa7' in self.backing_block(volume_id, HUNG),
-                         'the partitioned host wrote after the heal')
+        for volume_id, session in sessions.items():
+            self.assertFalse(
+                b'\xa1' in self.backing_block(volume_id, HUNG),
+                'the partitioned host\'s hung write landed on %s' %
+                volume_id)
+            cutoff.assert_refused(
+                self, session.try_write(0xa7, HUNG, timeout=3,
+                                        refusal_wait=35),
+                'h1 on %s after the heal' % volume_id)
+            self.assertFalse(
+                b'\xa7' in self.backing_block(volume_id, HUNG),
+                'the partitioned host wrote on %s after the heal' %
+                volume_id)
+
+    def attached_hosts(self, volume_id):
+        return [a['host_name']
+                for a in self.api.get_volume(volume_id)['attachments']]
 
     def partitioned_writer(self, volume_id):
         """h1 attached and writing, then partitioned with a write hung."""
@@ -122,7 +128,7 @@ class TgtPartitionTestCase(base.CinderTgtTestCase):
         self.force_detach(volume_id)
         self.wait_volume(volume_id, ('available',))
         self.assert_detached(volume_id)
-        self.assert_stays_cut(h1, volume_id)
+        self.assert_stays_cut({volume_id: h1})
         self.assertIsNone(self.target_state(volume_id),
                           'the target outlived the force-detach')
 
@@ -153,10 +159,8 @@ class TgtPartitionTestCase(base.CinderTgtTestCase):
         att, h1 = self.partitioned_writer(volume_id)
         self.api.api_delete('/attachments/%s' % att['id'])
         self.wait_volume(volume_id, ('in-use',))
-        self.assertEqual(['h2'], [a['host_name'] for a in
-                                  self.api.get_volume(volume_id)[
-                                      'attachments']])
-        self.assert_stays_cut(h1, volume_id)
+        self.assertEqual(['h2'], self.attached_hosts(volume_id))
+        self.assert_stays_cut({volume_id: h1})
         self.assertEqual(cutoff.Outcome.WROTE,
                          h2.try_write(0xb2, SUCCESSOR).kind,
                          'h2 lost the volume when h1 came back')
@@ -180,7 +184,7 @@ class TgtPartitionTestCase(base.CinderTgtTestCase):
         _att, info = self.attach(volume_id, 'h2')
         h2 = self.login(info, 'h2')
 
-        self.assert_stays_cut(h1, volume_id)
+        self.assert_stays_cut({volume_id: h1})
         self.assertEqual(cutoff.Outcome.WROTE,
                          h2.try_write(0xb2, SUCCESSOR).kind)
         state = self.target_state(volume_id)
@@ -222,21 +226,9 @@ class TgtPartitionTestCase(base.CinderTgtTestCase):
                           for r in json.loads(res.stdout)})
         for volume_id in volumes[:2]:
             self.assert_detached(volume_id)
-        self.assertEqual(['h2'], [a['host_name'] for a in
-                                  self.api.get_volume(shared)[
-                                      'attachments']])
+        self.assertEqual(['h2'], self.attached_hosts(shared))
 
-        self.lab.heal('h1')
-        time.sleep(RECONNECT_WAIT)
-        for volume_id, session in sessions.items():
-            self.assertFalse(
-                b'\xa1' in self.backing_block(volume_id, HUNG),
-                'the partitioned host\'s hung write landed on %s' %
-                volume_id)
-            cutoff.assert_refused(
-                self, session.try_write(0xa7, HUNG, timeout=3,
-                                        refusal_wait=35),
-                'h1 on %s after the heal' % volume_id)
+        self.assert_stays_cut(sessions)
         self.assertEqual(cutoff.Outcome.WROTE,
                          h2.try_write(0xb2, SUCCESSOR).kind,
                          'the host fence cut h2')

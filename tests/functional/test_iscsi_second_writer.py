@@ -39,12 +39,6 @@ BLOCK = 4096
 
 class TgtSecondWriterTestCase(base.CinderTgtTestCase):
 
-    def backing_block(self, volume_id, offset):
-        path = self.driver.local_path(self.db_volume(volume_id))
-        with open(path, 'rb') as f:
-            f.seek(offset)
-            return f.read(BLOCK)
-
     def attach_writing(self, volume_id, host, instance=None):
         """Attach as Nova does; a live initiator that has just written."""
         att, info = self.attach(volume_id, host, instance=instance)

@@ -54,12 +54,6 @@ class ReconcilerTestCase(base.CinderTgtTestCase):
                              'Cinder started no reconciler')
         self.addCleanup(self.driver.reconciler.stop)
 
-    def backing_block(self, volume_id, offset):
-        with open(self.driver.local_path(self.db_volume(volume_id)),
-                  'rb') as f:
-            f.seek(offset)
-            return f.read(BLOCK)
-
     def wait_passes(self, count, timeout=30):
         """Until the reconciler has run *count* more passes."""
         target = self.driver.reconciler.passes + count
