@@ -203,6 +203,20 @@ class Soak(object):
                                attachment=att_id):
                 self.box.api('DELETE', '/attachments/%s' % att_id)
 
+    def named_host(self, vol_id):
+        """``(attachment, connector)`` of one host when several are attached.
+
+        ``(None, None)`` with one attachment or none: the force-detach then
+        names no host, as an operator's would.
+        """
+        live = self.box.attachments(vol_id)
+        with self.lock:
+            known = [a['id'] for a in live if a['id'] in self.hosts]
+            if len(live) > 1 and known:
+                att_id = self.rng.choice(known)
+                return att_id, tc.connector(self.hosts[att_id])
+        return None, None
+
     def force_detach_api(self):
         """os-force_detach; the host named when several are attached.
 
@@ -211,15 +225,11 @@ class Soak(object):
         an attach that raced the listing earns that refusal.
         """
         vol_id = self.pick()
-        body = {}
-        live = self.box.attachments(vol_id)
         with self.lock:
             multiattach = self.volumes.get(vol_id)
-            known = [a['id'] for a in live if a['id'] in self.hosts]
-            if len(live) > 1 and known:
-                att_id = self.rng.choice(known)
-                body = {'attachment_id': att_id,
-                        'connector': tc.connector(self.hosts[att_id])}
+        att_id, connector = self.named_host(vol_id)
+        body = {'attachment_id': att_id, 'connector': connector} \
+            if att_id else {}
         with self.recorded('force_detach', vol_id,
                            attachment=body.get('attachment_id')):
             try:
@@ -285,14 +295,10 @@ class Soak(object):
         """The CLI: every host, or one host when several are attached."""
         vol_id = self.pick()
         args = ['volume', 'force-detach', vol_id]
-        live = self.box.attachments(vol_id)
-        att_id = None
-        with self.lock:
-            known = [a['id'] for a in live if a['id'] in self.hosts]
-            if len(live) > 1 and known:
-                att_id = self.rng.choice(known)
-                args += ['--attachment', att_id, '--connector', json.dumps(
-                    tc.connector(self.hosts[att_id]))]
+        att_id, connector = self.named_host(vol_id)
+        if att_id:
+            args += ['--attachment', att_id, '--connector',
+                     json.dumps(connector)]
         with self.recorded('force_detach', vol_id, attachment=att_id):
             res = self.box.manage(*args)
         if res.returncode:
