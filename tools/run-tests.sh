@@ -126,6 +126,24 @@ class LastStatus(testtools.StreamResult):
         self.status_of[test_id] = test_status
 
 
+def summary(lines):
+    """The test's own failing line, the exception's first line, the end.
+
+    A message can be many lines long (a command's stderr): its last lines
+    alone do not say which assertion failed.
+    """
+    frames = [i for i, line in enumerate(lines)
+              if line.startswith('  File "') and '/tests/' in line]
+    picked = []
+    if frames:
+        at = frames[-1]
+        picked = lines[at:at + 2]
+        after = [line for line in lines[at + 2:]
+                 if line and not line.startswith(' ')]
+        picked += after[:1]
+    return picked + [line for line in lines[-3:] if line not in picked]
+
+
 result = LastStatus()
 with open(sys.argv[1], 'rb') as stream:
     result.startTestRun()
@@ -142,10 +160,11 @@ with open(sys.argv[2], 'a') as skipped, open(sys.argv[3], 'a') as failed:
         if status == 'skip':
             skipped.write(test_id + '\n')
         elif kind.get(status) == 'fail':
-            tail = result.traceback_of.get(test_id, b'').decode(
-                'utf-8', 'replace').strip().splitlines()[-3:]
+            lines = result.traceback_of.get(test_id, b'').decode(
+                'utf-8', 'replace').strip().splitlines()
             failed.write('%s (%s)\n' % (test_id, status))
-            failed.writelines('    %s\n' % line[:300] for line in tail)
+            failed.writelines('    %s\n' % line[:300]
+                              for line in summary(lines))
 print(counts['pass'], counts['fail'], counts['skip'], counts['xfail'])
 EOF
 }

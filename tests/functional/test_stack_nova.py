@@ -296,7 +296,10 @@ class _NovaBoxTestCase(testtools.TestCase):
                    '--config-file', self.box.service('nova').conf_path(
                        self.box.ctx)] + list(args),
                   self.env, timeout=300)
-        self.assertEqual(0, res.returncode, res.stderr[-3000:])
+        # nova-manage prints its errors to stdout, Python's warnings to
+        # stderr.
+        self.assertEqual(0, res.returncode, 'stdout: %s\nstderr: %s' % (
+            res.stdout[-3000:], res.stderr[-3000:]))
         return res.stdout
 
     def stopped_with_data_volume(self, name):

@@ -60,7 +60,7 @@ FAILING = '''
     class FailTestCase(testtools.TestCase):
 
         def test_fail(self):
-            self.fail('boom')
+            self.fail('boom\\n' + 'a line of stderr\\n' * 5)
 '''
 UPSTREAM = '''
     import testtools
@@ -170,13 +170,18 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self.assertEqual('tests: 3 passed, 1 failed, 1 skipped, '
                          '1 expected failures', closing)
         self.assertNotEqual(0, rc)
-        # The failed test, named with its last traceback line just before
-        # the closing line: a report that shows only the tail names it.
-        tail = out.splitlines()[-8:]
+        # The failed test just before the closing line (a report may show
+        # only the tail), with the test's failing line and the exception's
+        # first line, though the message ends in many other lines.
+        tail = out.splitlines()[-12:]
         failed = tail.index('failed tests:')
         self.assertEqual('tests.unit.test_c.FailTestCase.test_fail (fail)',
                          tail[failed + 1])
+        self.assertIn('/tests/unit/test_c.py", line 7, in test_fail',
+                      tail[failed + 2])
+        self.assertIn('self.fail(', tail[failed + 3])
         self.assertEqual('AssertionError: boom', tail[failed + 4].strip())
+        self.assertEqual('a line of stderr', tail[failed + 5].strip())
 
     def test_clean_run_passes(self):
         self._write('tests/unit/test_a.py', PASSING)
