@@ -22,6 +22,7 @@ Ready when the API answers and every backend's volume service is up and
 reports its pool; then a volume type per backend and ``multiattach``.
 """
 
+import datetime
 import os
 import urllib.error
 import urllib.request
@@ -57,6 +58,18 @@ def volume_hosts(info):
     if len(names) == 1:
         return {names[0]: None}
     return {name: name for name in names}
+
+
+def states_of(services):
+    """{(binary, host): (state, status)} of os-services' *services*."""
+    return {(s['binary'], s['host']): (s['state'], s['status'])
+            for s in services}
+
+
+def utc_seconds(timestamp):
+    """Epoch seconds of Cinder's ``updated_at`` (UTC, no zone given)."""
+    return datetime.datetime.fromisoformat(timestamp).replace(
+        tzinfo=datetime.timezone.utc).timestamp()
 
 
 class Cinder(base.Service):
@@ -317,9 +330,7 @@ class Cinder(base.Service):
 
     def service_states(self, ctx):
         """{(binary, host): (state, status)} from the os-services API."""
-        services = self.api(ctx, 'GET', '/os-services')['services']
-        return {(s['binary'], s['host']): (s['state'], s['status'])
-                for s in services}
+        return states_of(self.api(ctx, 'GET', '/os-services')['services'])
 
     def pool_backends(self, ctx):
         """Backends whose driver initialized and reported its capacity.
@@ -332,12 +343,39 @@ class Cinder(base.Service):
         return {p['name'].split('@', 1)[1].split('#', 1)[0] for p in pools
                 if '@' in p['name']}
 
+    @staticmethod
+    def reported_since_start(ctx, services):
+        """Whether each volume process reported after it started.
+
+        A volume service restarted alone is 'up' in os-services, and its
+        pools are listed, on its predecessor's last report for
+        ``service_down_time``.  Cinder starts reporting once ``init_host``
+        is done and the RPC server consumes: only a report after the
+        start (a second of slack: the database rounds) says the new
+        process serves.
+        """
+        for name, host in volume_hosts(ctx.info).items():
+            record = ctx.proc(name).record or {}
+            started = record.get('started')
+            if started is None:
+                continue
+            rows = [s for s in services if s['binary'] == 'cinder-volume'
+                    and (host is None or s['host'].startswith(host + '@'))]
+            if not rows or not all(
+                    s.get('updated_at') and utc_seconds(s['updated_at']) >
+                    started + 1 for s in rows):
+                return False
+        return True
+
     def _backends_up(self, ctx):
         try:
-            states = self.service_states(ctx)
+            services = self.api(ctx, 'GET', '/os-services')['services']
             pools = self.pool_backends(ctx)
         except (urllib.error.URLError, OSError, ValueError):
             return False
+        if not self.reported_since_start(ctx, services):
+            return False
+        states = states_of(services)
         up = {tuple(host.split('@', 1)) for (binary, host), st
               in states.items() if binary == 'cinder-volume' and
               '@' in host and st == ('up', 'enabled')}

@@ -332,3 +332,44 @@ class CinderStartTestCase(testtools.TestCase):
     def test_not_again_while_its_api_runs(self):
         # cinder-api starts after the sync: alive, the sync was done.
         self.assertEqual([], self.start(True))
+
+
+class CinderReportedSinceStartTestCase(testtools.TestCase):
+    """A volume service restarted alone is ready on its own report."""
+
+    STARTED = 1800000000.0  # 2027-01-15T08:00:00 UTC
+
+    def reported(self, updated_at, volume_services=1, started=STARTED):
+        ctx = mock.Mock(info={'volume_services': volume_services})
+        ctx.proc.side_effect = lambda name: mock.Mock(
+            record={'started': started[name] if isinstance(started, dict)
+                    else started})
+        hosts = ['box@tgt'] if volume_services == 1 else [
+            'cinder-volume-1@tgt', 'cinder-volume-2@tgt']
+        services_ = [{'binary': 'cinder-volume', 'host': host,
+                      'updated_at': at}
+                     for host, at in zip(hosts, updated_at)]
+        services_.append({'binary': 'cinder-scheduler', 'host': 'box',
+                          'updated_at': '2000-01-01T00:00:00.000000'})
+        return services.registry()['cinder'].reported_since_start(
+            ctx, services_)
+
+    def test_the_predecessors_last_report_is_not_enough(self):
+        # Within service_down_time, so 'up', yet before the start (and
+        # within the second the database may round to).
+        self.assertFalse(self.reported(['2027-01-15T07:59:55.000000']))
+        self.assertFalse(self.reported(['2027-01-15T08:00:01.000000']))
+        self.assertFalse(self.reported([None]))
+
+    def test_a_report_after_the_start(self):
+        self.assertTrue(self.reported(['2027-01-15T08:00:02.000000']))
+
+    def test_each_process_of_several_by_its_own_host(self):
+        started = {'cinder-volume-1': self.STARTED,
+                   'cinder-volume-2': self.STARTED + 60}
+        self.assertFalse(self.reported(
+            ['2027-01-15T08:00:30.000000', '2027-01-15T08:00:30.000000'],
+            volume_services=2, started=started))
+        self.assertTrue(self.reported(
+            ['2027-01-15T08:00:30.000000', '2027-01-15T08:01:30.000000'],
+            volume_services=2, started=started))
