@@ -642,6 +642,18 @@ class ForceDetachMixin(object):
         host = (connector or {}).get('host')
         if not host or host in self.local_host_names():
             return fresh    # no remote host named: not a grant to one
+        attachment_id = self._granted_attachment_id()
+        if attachment_id and not self._attachment_live(attachment_id):
+            LOG.warning('Volume %(vol)s: refusing access to host %(host)s: '
+                        'its attachment %(att)s ended before the grant (a '
+                        'force-detach or an attachment delete).',
+                        {'vol': volume.id, 'host': host,
+                         'att': attachment_id})
+            raise exception.InvalidVolume(reason=_(
+                'volume %(vol)s: attachment %(att)s of host %(host)s ended '
+                'before its grant (a force-detach ended it): access not '
+                'granted') % {'vol': volume.id, 'att': attachment_id,
+                              'host': host})
         if fresh.status != 'available':
             return fresh
         if self._host_attachments(fresh, connector):
@@ -654,6 +666,41 @@ class ForceDetachMixin(object):
             'volume %(vol)s has no attachment of host %(host)s any more (a '
             'force-detach ended it): access not granted') % {
                 'vol': volume.id, 'host': (connector or {}).get('host')})
+
+    @staticmethod
+    def _granted_attachment_id() -> Optional[str]:
+        """The attachment Cinder's attachment update grants, if that calls.
+
+        Cinder gives the driver no attachment: its manager's
+        ``_connection_create`` holds it.  A force-detach or an attachment
+        delete can end it after Cinder's API found it and before this
+        grant, while another host's attachment keeps the volume ``in-use``
+        (the status check alone then lets the grant through, and Cinder's
+        update fails on the ended row after the ACL is made).  None for
+        the legacy attach, whose attachment row comes after its grant.
+        """
+        frame: Optional[types.FrameType] = sys._getframe(2)
+        for _depth in range(10):
+            if frame is None:
+                return None
+            if (frame.f_globals.get('__name__') == _MANAGER and
+                    frame.f_code.co_name == '_connection_create'):
+                attachment = frame.f_locals.get('attachment')
+                return getattr(attachment, 'id', None)
+            frame = frame.f_back
+        return None
+
+    @staticmethod
+    def _attachment_live(attachment_id: str) -> bool:
+        """Whether the attachment is still there and not ended."""
+        context = cinder_context.get_admin_context().elevated(
+            read_deleted='yes')
+        try:
+            attachment = objects.VolumeAttachment.get_by_id(context,
+                                                            attachment_id)
+        except exception.VolumeAttachmentNotFound:
+            return False
+        return not attachment.deleted and fd_attachments.is_live(attachment)
 
     # -- hooks a driver implements ----------------------------------------
 

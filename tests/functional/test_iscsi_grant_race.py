@@ -79,6 +79,35 @@ class GrantRaceTestCase(base.CinderTgtTestCase):
         if state is not None:
             self.assertEqual([], state.address_acls)
 
+    def test_grant_after_its_attachment_ended_and_another_host_came(self):
+        """The volume is in-use again, by another host: still refused.
+
+        A soak's history on the cluster box: the force-detach ended the
+        reserved attachment, another host attached, then the held grant
+        ran.  The volume's status no longer says the attachment ended;
+        the attachment itself does.  Before the check, the host got an
+        ACL that no attachment explained (Cinder's update then failed on
+        the ended row).
+        """
+        vol_id = self.create_volume()['id']
+        att = self.api.api_post('/attachments', {'attachment': {
+            'volume_uuid': vol_id}})['attachment']
+        entered, go = self.hold_grants()
+        update = eventlet.spawn(self.update_attachment, att['id'],
+                                'compute4')
+        entered.wait()
+        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        self.attach(vol_id, 'compute2')
+        self.assertEqual('in-use', self.api.get_volume(vol_id)['status'])
+        go.send()
+        self.assertNotEqual(200, update.wait())
+
+        self.assertEqual([base.initiator_name('compute2')],
+                         sorted(self.target_state(vol_id).acls))
+        self.assertEqual(['compute2'], [
+            a['connector']['host'] for a in
+            self.db_volume(vol_id).volume_attachment])
+
     def test_grant_of_a_host_whose_attachment_stays_goes_through(self):
         """The check refuses only what a force-detach ended."""
         vol_id = self.create_volume(
