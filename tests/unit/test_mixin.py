@@ -144,6 +144,14 @@ def _detach_volume(driver, volume, connector):
 
 def _connection_terminate(driver, volume, connector):
     return driver.terminate_connection(volume, connector, force=False)
+
+
+def _connection_create(driver, volume, attachment, connector):
+    return driver.initialize_connection(volume, connector)
+
+
+def initialize_connection(driver, volume, connector):
+    return driver.initialize_connection(volume, connector)
 '''
 
 
@@ -302,6 +310,61 @@ class GrantUnderLockTestCase(testtools.TestCase):
         self.assertEqual({}, self.driver.initialize_connection(
             self.volume, None))
         self.ours.assert_not_called()
+
+
+class EndedAttachmentGrantTestCase(testtools.TestCase):
+    """The attachment Cinder's update grants must still be live.
+
+    The race itself runs on real Cinder and tgtd in
+    ``tests/functional/test_iscsi_grant_race.py``.
+    """
+
+    CONNECTOR = {'host': 'compute4', 'initiator': 'iqn.2026-11.org.ex:c4'}
+
+    def setUp(self):
+        super(EndedAttachmentGrantTestCase, self).setUp()
+        self.manager = {'__name__': mixin._MANAGER}
+        exec(compile(MANAGER, 'cinder/volume/manager.py', 'exec'),
+             self.manager)
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'volume_lock', return_value=mock.MagicMock()))
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.locks, 'lock_is_ours', return_value=True))
+        self.objects = self.useFixture(fixtures.MockPatchObject(
+            mixin, 'objects')).mock
+        self.objects.Volume.get_by_id.return_value = types.SimpleNamespace(
+            id='vol-1', status='in-use', volume_attachment=[])
+        self.useFixture(fixtures.MockPatchObject(
+            mixin.grant_fence, 'fence_before_grant'))
+        self.driver = Driver()
+
+    def grant(self, caller, *args):
+        return self.manager[caller](self.driver, volume(), *args,
+                                    self.CONNECTOR)
+
+    def attachment(self, status, deleted=False):
+        self.objects.VolumeAttachment.get_by_id.return_value = \
+            types.SimpleNamespace(attach_status=status, deleted=deleted)
+
+    def test_an_ended_attachment_is_refused_on_an_in_use_volume(self):
+        for status, deleted in (('detached', True), ('detached', False),
+                                ('deleted', True)):
+            self.attachment(status, deleted)
+            err = self.assertRaises(
+                exception.InvalidVolume, self.grant, '_connection_create',
+                types.SimpleNamespace(id='att-4'))
+            self.assertIn('attachment att-4 of host compute4 ended', str(err))
+
+    def test_a_live_attachment_is_granted(self):
+        self.attachment('reserved')
+        self.assertEqual({}, self.grant('_connection_create',
+                                        types.SimpleNamespace(id='att-4')))
+        self.objects.VolumeAttachment.get_by_id.assert_called_once_with(
+            mock.ANY, 'att-4')
+
+    def test_the_legacy_grant_names_no_attachment(self):
+        self.assertEqual({}, self.grant('initialize_connection'))
+        self.objects.VolumeAttachment.get_by_id.assert_not_called()
 
 
 class UnrecordedGrantTestCase(testtools.TestCase):
