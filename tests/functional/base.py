@@ -122,14 +122,19 @@ class CinderServicesTestCase(harness.CinderServices):
         return path
 
     def local_cli(self, *args):
-        """``cinder-forcedetach --format json ARGS`` on this volume host."""
+        """``cinder-forcedetach --format json ARGS`` on this volume host.
+
+        Without the harness's ``CEPH_*`` variables, which an operator's
+        shell does not have: the command finds Ceph through cinder.conf.
+        """
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('CEPH_')}
+        env['PYTHONPATH'] = sqlite_locking.pythonpath(REPO)
         return subprocess.run(
             [sys.executable, '-m', 'cinder_forcedetach.cmd.manage',
              '--format', 'json'] + list(args) +
             ['--config-file', self.write_cinder_conf()],
-            env=dict(os.environ, PYTHONPATH=sqlite_locking.pythonpath(
-                REPO)), cwd=REPO, capture_output=True, text=True,
-            timeout=120)
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
 
     def attach(self, volume_id, host, complete=True, instance=None):
         """Attachment API (3.27+) as Nova drives it; returns (att, info)."""

@@ -29,7 +29,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -43,7 +42,6 @@ from oslo_config import cfg
 
 from cinder_forcedetach.ceph import fencing
 from cinder_forcedetach.ceph import rbd_io
-from cinder_forcedetach.conformance import sqlite_locking
 # Imported before flags are set, so that its options are registered.
 from cinder_forcedetach.drivers import rbd as rbd_driver  # noqa: F401
 from cinder_forcedetach import exception as fd_exception
@@ -60,8 +58,6 @@ except ImportError:  # pragma: no cover - depends on the host
     rados = rbd = None
 
 CONF = cfg.CONF
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 DRIVER = 'cinder_forcedetach.drivers.rbd.RBDDriver'
 CRASH_EXIT = base.CRASH_EXIT
 BLOCK = ceph.BLOCK
@@ -120,37 +116,6 @@ class RBDTestCase(base.CinderServicesTestCase):
                 writer.stop()
 
     # -- helpers ----------------------------------------------------------
-
-    def write_cinder_conf(self):
-        """cinder.conf of this test's volume service, for local commands."""
-        path = os.path.join(self.workdir, 'cinder.conf')
-        c = self.cluster
-        with open(path, 'w') as f:
-            f.write('[DEFAULT]\nhost = %s\n'
-                    'state_path = %s\nlock_path = %s\n'
-                    '[oslo_concurrency]\nlock_path = %s\n'
-                    '[database]\nconnection = %s\n'
-                    '[coordination]\nbackend_url = %s\n'
-                    '[backend_defaults]\nvolume_driver = %s\n'
-                    'rbd_ceph_conf = %s\nrbd_user = %s\nrbd_pool = %s\n'
-                    'forcedetach_rbd_keyring = %s\n'
-                    'forcedetach_rbd_timeout = 5\n' % (
-                        self.volume.host, self.workdir, self.workdir,
-                        self.workdir, CONF.database.connection,
-                        CONF.coordination.backend_url, DRIVER, c.conf,
-                        c.user, c.pool, c.keyring))
-        return path
-
-    def local_cli(self, *args):
-        """``cinder-forcedetach`` as an operator runs it on this host."""
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith('CEPH_')}
-        env['PYTHONPATH'] = sqlite_locking.pythonpath(REPO)
-        return subprocess.run(
-            [sys.executable, '-m', 'cinder_forcedetach.cmd.manage',
-             '--format', 'json'] + list(args) +
-            ['--config-file', self.write_cinder_conf()],
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
 
     def connector(self, host):
         return connector_for(host)
