@@ -35,12 +35,13 @@ class FunctionalWorkersTestCase(testtools.TestCase):
             '^(?!tests\\.functional\\.test_(%s)\\.)' % '|'.join(named),
             patterns[-1])
         ids = ['tests.functional.test_cluster.ClusterTestCase.test_a',
-               'tests.functional.test_stack_nova.NovaBoxTestCase.test_b',
+               'tests.functional.test_conformance.KitTestCase.test_b',
                'tests.functional.test_rbd.RBDTestCase.test_c',
                'tests.functional.test_stack.StackSmokeTestCase.test_d',
                'tests.functional.test_rbd_host_fence.FenceTestCase.test_e',
                'tests.functional.test_stack_keystone.KeystoneTestCase.test_f',
-               'tests.functional.test_new_module.NewTestCase.test_g']
+               'tests.functional.test_stack_nova.NovaBoxTestCase.test_g',
+               'tests.functional.test_new_module.NewTestCase.test_h']
         runs = [[i for i in ids if re.search(pattern, i)]
                 for pattern in patterns]
         self.assertEqual([ids[:2], ids[2:4], ids[4:]], runs)
