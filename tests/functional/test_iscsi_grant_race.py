@@ -57,15 +57,23 @@ class GrantRaceTestCase(base.CinderTgtTestCase):
             return err.response.status_code
         return 200
 
-    def test_grant_after_a_force_detach_of_every_host_is_refused(self):
+    def update_held_then_force_detach(self, host):
+        """*host*'s attachment update held at its grant, every host ended.
+
+        Returns (volume id, the update's green thread, the event that
+        lets the grant go on).
+        """
         vol_id = self.create_volume()['id']
         att = self.api.api_post('/attachments', {'attachment': {
             'volume_uuid': vol_id}})['attachment']
         entered, go = self.hold_grants()
-        update = eventlet.spawn(self.update_attachment, att['id'],
-                                'compute4')
+        update = eventlet.spawn(self.update_attachment, att['id'], host)
         entered.wait()
         self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        return vol_id, update, go
+
+    def test_grant_after_a_force_detach_of_every_host_is_refused(self):
+        vol_id, update, go = self.update_held_then_force_detach('compute4')
         self.assertEqual('available', self.api.get_volume(vol_id)['status'])
         go.send()
         self.assertNotEqual(200, update.wait())
@@ -89,14 +97,7 @@ class GrantRaceTestCase(base.CinderTgtTestCase):
         ACL that no attachment explained (Cinder's update then failed on
         the ended row).
         """
-        vol_id = self.create_volume()['id']
-        att = self.api.api_post('/attachments', {'attachment': {
-            'volume_uuid': vol_id}})['attachment']
-        entered, go = self.hold_grants()
-        update = eventlet.spawn(self.update_attachment, att['id'],
-                                'compute4')
-        entered.wait()
-        self.driver.force_detach(self.ctxt, self.db_volume(vol_id))
+        vol_id, update, go = self.update_held_then_force_detach('compute4')
         self.attach(vol_id, 'compute2')
         self.assertEqual('in-use', self.api.get_volume(vol_id)['status'])
         go.send()
