@@ -142,21 +142,25 @@ def load(path):
 
 
 def _cuts(events, multiattach):
-    """``{(host, volume): [(time, by)]}``: when a host's access had ended.
+    """``{(host, volume): [(time, by, since)]}``: when access had ended.
 
-    *by* is None (Cinder listed no live attachment of the host), or the
-    host whose grant cut it (a volume that is not multiattach).
+    *by* is None (Cinder listed no live attachment of the host at *time*),
+    or the host whose grant cut it (a volume that is not multiattach):
+    that grant happened between *since*, its attach's start, and *time*,
+    its end.
     """
     cuts = collections.defaultdict(list)
     hosts = {e['host'] for e in events if e.get('host')}
     for e in events:
         if e['type'] == 'observe':
             for host in hosts - set(e['hosts']):
-                cuts[(host, e['volume'])].append((e['time'], None))
+                cuts[(host, e['volume'])].append(
+                    (e['time'], None, e['time']))
         elif (e['type'] == 'op' and e['kind'] == 'attach' and
               e['outcome'] == 'ok' and not multiattach.get(e['volume'])):
             for host in hosts - {e['host']}:
-                cuts[(host, e['volume'])].append((e['end'], e['host']))
+                cuts[(host, e['volume'])].append(
+                    (e['end'], e['host'], e['start']))
     return cuts
 
 
@@ -180,12 +184,15 @@ def late_writes(events, landed, multiattach):
         if landed.get(w['volume'], {}).get(w['slot']) != w['host']:
             continue
         key = (w['host'], w['volume'])
-        for cut, by in sorted(cuts.get(key, ())):
+        for cut, by, since in sorted(cuts.get(key, ())):
             if cut >= w['start']:
                 break
-            if any(start < w['end'] and end > cut
+            # Granted again since (its own access), or granted while the
+            # other host's attach was in flight: which grant came last,
+            # and cut the other, is not known.
+            if any(start < w['end'] and end > since
                    for start, end in grants.get(key, ())):
-                continue        # granted again since: its own access
+                continue
             found.append(Violation(
                 'second_writer' if by else 'late_write', w['volume'],
                 'host %s: slot %d written at %.3f-%.3f landed; %s at %.3f' % (

@@ -79,6 +79,21 @@ class LateWriteTestCase(testtools.TestCase):
         self.assertEqual(['second_writer'], self.kinds(events, landed))
         self.assertEqual([], self.kinds(events, landed, multiattach=True))
 
+    def test_two_attaches_in_flight_together_are_not_judged(self):
+        """Which grant came last (and cut the other) is not known.
+
+        A clean-clone run: Cinder let two attachments in on a volume
+        that is not multiattach (its os-force_detach set a stale
+        ``available`` over a reservation); h2's attach ended first, yet
+        h2 wrote on: h1's grant had come first, and h2's cut h1.
+        """
+        events = [attach('h1', 0, 5), attach('h2', 3, 4.9),
+                  write('h2', 1, 6, 6.1)]
+        self.assertEqual([], self.kinds(events, {1: 'h2'}))
+        # h2's attach ended before h1's began: h1's grant came last.
+        events[1] = attach('h2', -2, -1)
+        self.assertEqual(['second_writer'], self.kinds(events, {1: 'h2'}))
+
     def test_only_the_writer_of_the_slot_counts(self):
         events = [attach('h1', 0, 1), observe(5, []),
                   write('h1', 0, 6, 6.1)]
