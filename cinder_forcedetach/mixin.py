@@ -134,6 +134,20 @@ _MANAGER = 'cinder.volume.manager'
 _FORCED_STATUSES = frozenset(force_detach_flow.ALLOWED_STATUSES)
 
 
+def _manager_frame(frame: Optional[types.FrameType],
+                   depth: int) -> Optional[types.FrameType]:
+    """The nearest of *frame* and its *depth* - 1 callers in Cinder's manager.
+
+    Cinder tells a driver neither why it calls nor for which attachment;
+    the manager's method that called the driver does.
+    """
+    for _depth in range(depth):
+        if frame is None or frame.f_globals.get('__name__') == _MANAGER:
+            return frame
+        frame = frame.f_back
+    return None
+
+
 class ForceDetachMixin(object):
     """Force-detach that tears down what the backend really has."""
 
@@ -353,11 +367,7 @@ class ForceDetachMixin(object):
         with a connector of a volume stuck in ``detaching`` is not told
         from a legacy detach, and is not counted.
         """
-        frame: Optional[types.FrameType] = sys._getframe(2)
-        for _depth in range(8):
-            if frame is None or frame.f_globals.get('__name__') == _MANAGER:
-                break
-            frame = frame.f_back
+        frame = _manager_frame(sys._getframe(2), 8)
         if frame is None or frame.f_code.co_name != 'terminate_connection':
             return False
         caller = frame.f_back
@@ -679,16 +689,10 @@ class ForceDetachMixin(object):
         update fails on the ended row after the ACL is made).  None for
         the legacy attach, whose attachment row comes after its grant.
         """
-        frame: Optional[types.FrameType] = sys._getframe(2)
-        for _depth in range(10):
-            if frame is None:
-                return None
-            if (frame.f_globals.get('__name__') == _MANAGER and
-                    frame.f_code.co_name == '_connection_create'):
-                attachment = frame.f_locals.get('attachment')
-                return getattr(attachment, 'id', None)
-            frame = frame.f_back
-        return None
+        frame = _manager_frame(sys._getframe(2), 10)
+        if frame is None or frame.f_code.co_name != '_connection_create':
+            return None
+        return getattr(frame.f_locals.get('attachment'), 'id', None)
 
     @staticmethod
     def _attachment_live(attachment_id: str) -> bool:
