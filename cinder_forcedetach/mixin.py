@@ -49,13 +49,16 @@ from typing import (Any, Callable, Iterable, Optional, Protocol,
                     Sequence, TYPE_CHECKING)
 
 from cinder import context as cinder_context
+from cinder.db import api as db_api
 from cinder import exception
 from cinder.i18n import _
 from cinder import objects
+from cinder.objects import fields
 from cinder.volume import configuration
 from cinder.volume import volume_utils
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_serialization import jsonutils
 
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach import connector_grammar
@@ -417,14 +420,22 @@ class ForceDetachMixin(object):
         live attachment explains (a reset of the volume's state left them)
         are cut off: see :mod:`cinder_forcedetach.grant_fence`.
 
+        Cinder's attachment update records the host's connector on the
+        attachment only after the grant returns, without the lock: another
+        host's grant fence in between would find this host's access
+        explained by nothing and cut it (two hosts attaching a multiattach
+        volume at once).  So the grant writes Cinder's record itself before
+        the lock goes (:meth:`_record_grant`).
+
         The grant is handed back only if the lock service still confirms
         the lock after it: a lease that expired during the checks (this
         service cut off from the lock service, or paused) may have let
         another service grant another host, whose checks could not see
         this grant yet.  Then this grant is revoked and the call fails.
         """
+        attachment_id = self._granted_attachment_id()
         with locks.held(volume.id) as lock:
-            fresh = self._check_grant(volume, connector)
+            fresh = self._check_grant(volume, connector, attachment_id)
             if connector and fresh is not None:
                 grant_fence.fence_before_grant(
                     self, cinder_context.get_admin_context(), fresh,
@@ -436,6 +447,8 @@ class ForceDetachMixin(object):
                     volume_id=volume.id, step='handing the grant to host '
                     '%s (revoked)' % connector.get('host'),
                     reason='lease lost during the grant')
+            if connector and attachment_id:
+                self._record_grant(volume, connector, attachment_id)
         pending = self._grant_pending(fresh, connector) if fresh else []
         if pending:
             threading.Thread(target=self._confirm_grant, daemon=True,
@@ -471,6 +484,30 @@ class ForceDetachMixin(object):
             return []
         return [a.id for a in live if not a.connector]
 
+    def _record_grant(self, volume: objects.Volume,
+                      connector: dict[str, Any], attachment_id: str) -> None:
+        """Write on the attachment what Cinder writes after the grant.
+
+        The same values as Cinder's ``_connection_create`` (which writes
+        them again): the attachment is ``attaching`` with the host's
+        connector, so the next grant's fence, under the lock, finds the
+        host explained, and an attachment delete from now on goes through
+        the volume service (a ``reserved`` one skips the backend).  An
+        attachment deleted meanwhile gets no grant.
+        """
+        try:
+            db_api.volume_attachment_update(
+                cinder_context.get_admin_context(), attachment_id,
+                {'attach_status': fields.VolumeAttachStatus.ATTACHING,
+                 'connector': jsonutils.dumps(connector)})
+        except exception.VolumeAttachmentNotFound:
+            self._undo_grant(volume, connector)
+            raise exception.InvalidVolume(reason=_(
+                'volume %(vol)s: attachment %(att)s of host %(host)s was '
+                'deleted during its grant: access not granted') % {
+                    'vol': volume.id, 'att': attachment_id,
+                    'host': connector.get('host')})
+
     @staticmethod
     def _host_attachments(volume: objects.Volume,
                           connector: dict[str, Any]
@@ -483,14 +520,16 @@ class ForceDetachMixin(object):
 
     def _confirm_grant(self, volume_id: str, connector: dict[str, Any],
                        pending: list[str]) -> None:
-        """Revoke a grant whose attachment Cinder deleted unrecorded.
+        """Revoke a grant whose attachment Cinder deleted unfinished.
 
-        Polls the *pending* attachments (deleted ones too) until one
-        carries the host's connector (the grant is that attachment's,
-        whatever happened to it since), or each has ended without it, or
-        carries another host's: then, unless a live attachment may be the
-        host's, the host is revoked under the volume's lock and an
-        ``available`` volume loses its export.  Anything else after
+        Polls the *pending* attachments (deleted ones too) until one has
+        the host's connector and an attach time (Cinder finished the
+        update), or each has ended or carries another host's connector:
+        then, unless a live attachment may be the host's, the host is
+        revoked under the volume's lock and an ``available`` volume loses
+        its export.  An attachment API delete that read the attachment
+        ``reserved`` skips the backend even when the grant recorded the
+        connector meanwhile (:meth:`_record_grant`).  Anything else after
         :attr:`grant_confirm_seconds` is left to the reconciler.
         """
         context = cinder_context.get_admin_context()
@@ -505,11 +544,12 @@ class ForceDetachMixin(object):
                                                                  att_id)
                     except exception.VolumeAttachmentNotFound:
                         continue
-                    if att.connector:
-                        if fd_attachments.same_host(att.connector,
-                                                    connector):
+                    live = fd_attachments.is_live(att) and not att.deleted
+                    ours = not att.connector or fd_attachments.same_host(
+                        att.connector, connector)
+                    if live and ours:
+                        if att.attach_time:     # Cinder's update is done
                             return
-                    elif fd_attachments.is_live(att) and not att.deleted:
                         waiting = True
                 if not waiting:
                     self._revoke_unrecorded_grant(context, volume_id,
@@ -538,7 +578,7 @@ class ForceDetachMixin(object):
             if self._host_attachments(volume, connector):
                 return      # attached again meanwhile
             LOG.warning('Volume %(vol)s: host %(host)s was granted access '
-                        'for an attachment Cinder deleted before recording '
+                        'for an attachment deleted before Cinder finished '
                         'it; revoking the host.',
                         {'vol': volume_id, 'host': connector.get('host')})
             self.revoke_host_access(volume, connector)
@@ -635,12 +675,15 @@ class ForceDetachMixin(object):
                           'what no live attachment explains.', volume_id)
 
     def _check_grant(self, volume: objects.Volume,
-                     connector: Optional[dict[str, Any]]
+                     connector: Optional[dict[str, Any]],
+                     attachment_id: Optional[str] = None
                      ) -> Optional[objects.Volume]:
         """Refuse a host a force-detach ended; the volume as read now.
 
         None when no connector is given (a driver reading its own
         connection data) or Cinder has no such volume: no grant to check.
+        *attachment_id* is the attachment being granted, where Cinder's
+        manager says (:meth:`_granted_attachment_id`).
         """
         if not connector:
             return None
@@ -652,7 +695,6 @@ class ForceDetachMixin(object):
         host = (connector or {}).get('host')
         if not host or host in self.local_host_names():
             return fresh    # no remote host named: not a grant to one
-        attachment_id = self._granted_attachment_id()
         if attachment_id and not self._attachment_live(attachment_id):
             LOG.warning('Volume %(vol)s: refusing access to host %(host)s: '
                         'its attachment %(att)s ended before the grant (a '

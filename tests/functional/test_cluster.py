@@ -682,36 +682,43 @@ class ClusterTestCase(testtools.TestCase):
             open(p).read() for p in glob.glob(os.path.join(
                 self.box.state, 'logs', 'cinder-volume-*.log'))))
 
-    def test_attachment_deleted_before_its_grant_is_recorded_keeps_none(self):
+    def test_attachment_deleted_right_after_its_grant_keeps_none(self):
         """Cinder's own race, closed: a delete between a grant and its record.
 
         Cinder's attachment update grants the host, then writes the host's
-        connector on the attachment; an attachment delete in between finds
-        no connector, skips the backend, and the update then fails on the
-        deleted row.  Paused there (fault hook ``after:initialize_
-        connection``), q1's attachment is deleted through the API.  Without
-        the grant's confirmation (``_confirm_grant``), q1 stayed on the ACL
-        of a volume Cinder calls available (the audit's ``leaked_export``,
-        seen after the 50-call storm in a clean-clone run); now q1 is
-        revoked and the export goes.
+        connector on the attachment; an attachment delete in between found
+        no connector (``reserved``), skipped the backend, and the update
+        then failed on the deleted row: q1 stayed on the ACL of a volume
+        Cinder calls available (the audit's ``leaked_export``, seen after
+        the 50-call storm in a clean-clone run).  Paused there (fault hook
+        ``after:initialize_connection``), q1's attachment is deleted through
+        the API.  The grant recorded the connector under the volume's lock
+        (``_record_grant``): the delete goes through the volume service,
+        which revokes q1 and removes the export before the update resumes.
+        The grant's watch (``_confirm_grant``), kept for a delete that read
+        the attachment before that record, then finds it deleted too.
         """
         vol_id = self.box.create_volume()
         result, resume = self.paused_attach(vol_id, 'cluster-q1',
                                             'after:initialize_connection')
-        # The control: q1 was granted, its attachment not recorded yet.
+        # The control: q1 was granted, its attachment not finished yet.
         self.assertEqual([{cluster.IQN + 'cluster-q1'}],
                          list(self.box.target_of(vol_id).values()))
         (att,) = self.box.attachments(vol_id)
+        self.assertEqual('attaching', att['status'])    # the grant's record
         self.box.api('DELETE', '/attachments/%s' % att['id'])
+        self.assertEqual({}, self.box.target_of(vol_id))
         resume()
         self.assertNotIn('cluster-q1', result,
                          'Cinder handed q1 the connection')
         self.assertEqual('available', self.box.volume(vol_id)['status'])
-        waiting.wait_for(lambda: not self.box.target_of(vol_id), 30,
-                         'the unrecorded grant of q1 to go')
-        self.assertIn('deleted before recording it; revoking the host',
-                      ''.join(open(p).read() for p in glob.glob(os.path.join(
-                          self.box.state, 'logs', 'cinder-volume-*.log'))))
+        waiting.wait_for(lambda: 'deleted before Cinder finished it; '
+                         'revoking the host' in ''.join(
+                             open(p).read() for p in glob.glob(os.path.join(
+                                 self.box.state, 'logs',
+                                 'cinder-volume-*.log'))),
+                         30, "the grant's watch to find the attachment gone")
+        self.assertEqual({}, self.box.target_of(vol_id))
 
     def test_lease_lost_during_the_reexport_grants_nothing_again(self):
         """A re-export at start-up made after its lock expired is undone.

@@ -49,6 +49,27 @@ class GrantRaceTestCase(base.CinderTgtTestCase):
         self.addCleanup(setattr, self.driver, 'validate_connector', real)
         return entered, go
 
+    def hold_after_grants(self):
+        """Hold the next grant once it returns to Cinder, unrecorded.
+
+        Cinder's ``_connection_create`` records the host's connector on
+        the attachment after the driver's grant returns; this holds the
+        volume service in between.  Returns (entered, go).
+        """
+        entered, go = eventlet.event.Event(), eventlet.event.Event()
+        real = self.driver.initialize_connection
+
+        def held(volume, connector):
+            info = real(volume, connector)
+            if not entered.ready():
+                entered.send()
+                go.wait()
+            return info
+
+        self.driver.initialize_connection = held
+        self.addCleanup(setattr, self.driver, 'initialize_connection', real)
+        return entered, go
+
     def update_attachment(self, att_id, host):
         try:
             self.api.api_put('/attachments/%s' % att_id, {'attachment': {
@@ -129,6 +150,41 @@ class GrantRaceTestCase(base.CinderTgtTestCase):
                       self.target_state(vol_id).acls)
         self.assertNotIn(base.initiator_name('compute1'),
                          self.target_state(vol_id).acls)
+
+    def test_two_hosts_granted_at_once_on_a_multiattach_volume_keep_it(self):
+        """A grant's fence does not cut a host granted a moment before.
+
+        A clean-clone run's 50-call storm: compute2's grant returned and,
+        before Cinder recorded compute2's connector on its attachment,
+        compute1's grant fence read the attachments under the lock and
+        found compute2's ACL explained by nothing: it was cut, and the
+        audit found compute2 ``attached_not_exported``.  The grant now
+        records the connector itself before it lets the lock go.
+        """
+        vol_id = self.create_volume(
+            volume_type=self.multiattach_type())['id']
+        att3, _info = self.attach(vol_id, 'compute3')
+        att2 = self.reserve(vol_id)
+        entered, go = self.hold_after_grants()
+        update = eventlet.spawn(self.update_attachment, att2['id'],
+                                'compute2')
+        entered.wait()
+        # Another host's os-complete (again) puts the reserved volume back
+        # in-use: how the storm let a second host attach meanwhile.
+        self.api.api_post('/attachments/%s/action' % att3['id'],
+                          {'os-complete': {}}, check_response_status=[204])
+        self.assertEqual('in-use', self.api.get_volume(vol_id)['status'])
+        self.attach(vol_id, 'compute1')
+        go.send()
+        self.assertEqual(200, update.wait())
+
+        self.assertEqual(sorted(base.initiator_name(h)
+                                for h in ('compute1', 'compute2',
+                                          'compute3')),
+                         sorted(self.target_state(vol_id).acls))
+        self.assertEqual(['compute1', 'compute2', 'compute3'], sorted(
+            a.connector['host'] for a in
+            self.db_volume(vol_id).volume_attachment))
 
     def test_export_is_made_under_the_volume_lock(self):
         """An export is several tgtd calls: no removal between them.

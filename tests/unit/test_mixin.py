@@ -13,6 +13,7 @@
 """The mixin's pool capabilities and how it tells a force-detach."""
 
 import copy
+import json
 import types
 from unittest import mock
 
@@ -312,17 +313,17 @@ class GrantUnderLockTestCase(testtools.TestCase):
         self.ours.assert_not_called()
 
 
-class EndedAttachmentGrantTestCase(testtools.TestCase):
-    """The attachment Cinder's update grants must still be live.
+class GrantedAttachmentTestCase(testtools.TestCase):
+    """The attachment Cinder's update grants: live, and recorded in time.
 
-    The race itself runs on real Cinder and tgtd in
+    The races themselves run on real Cinder and tgtd in
     ``tests/functional/test_iscsi_grant_race.py``.
     """
 
     CONNECTOR = {'host': 'compute4', 'initiator': 'iqn.2026-11.org.ex:c4'}
 
     def setUp(self):
-        super(EndedAttachmentGrantTestCase, self).setUp()
+        super(GrantedAttachmentTestCase, self).setUp()
         self.manager = {'__name__': mixin._MANAGER}
         exec(compile(MANAGER, 'cinder/volume/manager.py', 'exec'),
              self.manager)
@@ -336,7 +337,10 @@ class EndedAttachmentGrantTestCase(testtools.TestCase):
             id='vol-1', status='in-use', volume_attachment=[])
         self.useFixture(fixtures.MockPatchObject(
             mixin.grant_fence, 'fence_before_grant'))
+        self.db = self.useFixture(fixtures.MockPatchObject(
+            mixin, 'db_api')).mock
         self.driver = Driver()
+        self.driver.revoke_host_access = mock.Mock(return_value=False)
 
     def grant(self, caller, *args):
         return self.manager[caller](self.driver, volume(), *args,
@@ -355,27 +359,44 @@ class EndedAttachmentGrantTestCase(testtools.TestCase):
                 types.SimpleNamespace(id='att-4'))
             self.assertIn('attachment att-4 of host compute4 ended', str(err))
 
-    def test_a_live_attachment_is_granted(self):
+    def test_a_live_attachment_is_granted_and_recorded_under_the_lock(self):
         self.attachment('reserved')
         self.assertEqual({}, self.grant('_connection_create',
                                         types.SimpleNamespace(id='att-4')))
         self.objects.VolumeAttachment.get_by_id.assert_called_once_with(
             mock.ANY, 'att-4')
+        # Cinder's own values, written before the lock is released
+        self.db.volume_attachment_update.assert_called_once_with(
+            mock.ANY, 'att-4', {'attach_status': 'attaching',
+                                'connector': json.dumps(self.CONNECTOR)})
+        self.driver.revoke_host_access.assert_not_called()
+
+    def test_an_attachment_deleted_during_the_grant_gets_nothing(self):
+        self.attachment('reserved')
+        self.db.volume_attachment_update.side_effect = (
+            exception.VolumeAttachmentNotFound(filter='att-4'))
+        err = self.assertRaises(
+            exception.InvalidVolume, self.grant, '_connection_create',
+            types.SimpleNamespace(id='att-4'))
+        self.assertIn('deleted during its grant', str(err))
+        self.driver.revoke_host_access.assert_called_once_with(
+            mock.ANY, self.CONNECTOR)
 
     def test_the_legacy_grant_names_no_attachment(self):
         self.assertEqual({}, self.grant('initialize_connection'))
         self.objects.VolumeAttachment.get_by_id.assert_not_called()
+        self.db.volume_attachment_update.assert_not_called()
 
 
 class UnrecordedGrantTestCase(testtools.TestCase):
-    """A grant whose attachment Cinder deleted before recording it goes.
+    """A grant whose attachment was deleted before Cinder finished it goes.
 
     Cinder writes the host's connector on the attachment only after the
     grant; a delete in between skips the backend, and the update then
     fails: the host would keep access that no attachment explains.  Seen
     as a ``leaked_export`` after the 50-call storm of
     ``tests/functional/test_cluster.py``; proven there on real etcd and
-    tgtd (``test_attachment_deleted_before_its_grant_is_recorded_...``).
+    tgtd (``test_attachment_deleted_right_after_its_grant_keeps_none``).
     """
 
     CONNECTOR = {'host': 'compute1', 'initiator': 'iqn.2026-11.org.ex:c1'}
@@ -403,9 +424,11 @@ class UnrecordedGrantTestCase(testtools.TestCase):
             side_effect=lambda ctxt, vol_id: self.volume_now))
 
     @staticmethod
-    def att(connector=None, status='reserved', deleted=False, att_id='a1'):
+    def att(connector=None, status='reserved', deleted=False, att_id='a1',
+            attach_time=None):
         return types.SimpleNamespace(id=att_id, attach_status=status,
-                                     connector=connector, deleted=deleted)
+                                     connector=connector, deleted=deleted,
+                                     attach_time=attach_time)
 
     def volume(self, *atts, status='reserved'):
         return types.SimpleNamespace(id='vol', status=status,
@@ -431,13 +454,26 @@ class UnrecordedGrantTestCase(testtools.TestCase):
             self.CONNECTOR, host=sorted(self.driver.local_host_names())[0]))
         self.thread.assert_not_called()
 
-    def test_recorded_connector_confirms_the_grant(self):
-        # recorded, then ended by a reset: the grant was the attachment's
-        self.rows = [self.att(), self.att(dict(self.CONNECTOR), 'detached',
-                                          deleted=True)]
+    def test_cinders_finished_update_confirms_the_grant(self):
+        # the grant's own record, then Cinder's (attaching until Nova's
+        # os-complete)
+        self.rows = [self.att(), self.att(dict(self.CONNECTOR), 'attaching'),
+                     self.att(dict(self.CONNECTOR), 'attaching',
+                              attach_time='2026-11-29T01:40:00')]
         self.driver._confirm_grant('vol', self.CONNECTOR, ['a1'])
         self.assertEqual([], self.rows)
         self.driver.revoke_host_access.assert_not_called()
+
+    def test_recorded_by_the_grant_then_deleted_reserved_revokes(self):
+        # the grant wrote the connector; a delete that had read the
+        # attachment reserved skipped the backend
+        self.rows = [self.att(dict(self.CONNECTOR), 'attaching'),
+                     self.att(dict(self.CONNECTOR), 'detached',
+                              deleted=True)]
+        self.volume_now = self.volume(status='available')
+        self.driver._confirm_grant('vol', self.CONNECTOR, ['a1'])
+        self.driver.revoke_host_access.assert_called_once_with(
+            self.volume_now, self.CONNECTOR)
 
     def test_deleted_unrecorded_revokes_the_host_and_the_export(self):
         self.rows = [self.att(), self.att(status='detached', deleted=True)]
