@@ -62,6 +62,22 @@ FAILING = '''
         def test_fail(self):
             self.fail('boom\\n' + 'a line of stderr\\n' * 5)
 '''
+AFTER_TEMPEST_STARTED = '''
+    import os
+    import time
+
+    import testtools
+
+
+    class AfterTempestTestCase(testtools.TestCase):
+
+        def test_tempest_started_first(self):
+            for _ in range(100):
+                if os.path.exists('tempest-started'):
+                    break
+                time.sleep(0.1)
+            self.assertTrue(os.path.exists('tempest-started'))
+'''
 UPSTREAM = '''
     import testtools
 
@@ -269,8 +285,9 @@ class RunTestsScriptTestCase(testtools.TestCase):
     def _stand_ins(self, tempest_exit):
         """tools/run_tempest.py and tools/benchmark-smoke.sh stand-ins.
 
-        The benchmarks wait for a mark tempest's stand-in leaves when it
-        starts: they pass only if tempest started before them.
+        The functional test and the benchmarks wait for a mark tempest's
+        stand-in leaves when it starts: they pass only if tempest started
+        before them.
         """
         self._write('tools/run_tempest.py', '''
             import os
@@ -295,9 +312,9 @@ class RunTestsScriptTestCase(testtools.TestCase):
         os.chmod(os.path.join(self.project, 'tools', 'benchmark-smoke.sh'),
                  0o755)
         self._write('tests/unit/test_a.py', PASSING)
-        self._write('tests/functional/test_b.py', PASSING)
+        self._write('tests/functional/test_b.py', AFTER_TEMPEST_STARTED)
 
-    def test_tempest_runs_beside_the_benchmarks_its_output_after(self):
+    def test_tempest_runs_beside_the_functional_tests_its_output_after(self):
         self._stand_ins(tempest_exit=0)
         rc, closing, out = self._run(SKIP_PEP8='1')
         self.assertEqual('tests: 3 passed, 0 failed, 0 skipped, '
@@ -308,7 +325,8 @@ class RunTestsScriptTestCase(testtools.TestCase):
         self.assertLess(out.index('benchmarks: 1 ran'),
                         out.index('tempest[tgt]: ran 2'))
         self.assertRegex(out, r'stages: .*benchmarks \d+ s, tempest '
-                              r'\(beside the benchmarks\) \d+ s')
+                              r'\(beside the functional tests and '
+                              r'benchmarks\) \d+ s')
 
     def test_tempest_failure_fails_the_run(self):
         self._stand_ins(tempest_exit=1)
