@@ -64,6 +64,7 @@ Usage: .venv/bin/python benchmarks/rbd_host_fence.py [--volumes 100]
 
 import argparse
 from concurrent import futures
+import cProfile
 import json
 import os
 import shutil
@@ -91,6 +92,7 @@ CONF = cfg.CONF
 BLOCK = ceph.BLOCK
 WRITER_BASE = 16            # the writers' first block (the new client: 0)
 GOAL_SECONDS = 3.0          # for 100 volumes
+PROFILE = None              # --profile: where the batch way's statistics go
 # Cinder's database in SQLite on tmpfs: a commit costs what a MySQL commit
 # over a LAN does (~1 ms), not an fsync of this VM's disk under load.
 DB_DIR = '/dev/shm' if os.path.isdir('/dev/shm') else tempfile.gettempdir()
@@ -263,8 +265,14 @@ def run_way(way, cluster, ctx, driver, new_host, volumes, writers):
                 failed[vol.id] = err
             available[vol.id] = time.time()
     else:
+        profiler = cProfile.Profile() if PROFILE and way == 'batch' else None
+        if profiler:
+            profiler.enable()
         report = driver.fence_host(ctx, HOST_A, [v for v, _i in volumes],
                                    ip_wide=(way == 'ip-wide'))
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(PROFILE)
         failed.update(report.failed)
         steps = report.seconds
         now = time.time()
@@ -474,7 +482,12 @@ def main():
     parser.add_argument('--ceph-dir', default=None,
                         help='use the running tools/ceph-dev.sh cluster of '
                              'this directory')
+    parser.add_argument('--profile', default=None, metavar='FILE',
+                        help='write cProfile statistics of the batch '
+                             'way\'s fence_host call to FILE')
     args = parser.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     if args.paxos_interval is not None and args.ceph_dir:
         parser.error('--paxos-interval changes the monitor: only on the '
                      'cluster this script brings up')
