@@ -106,7 +106,7 @@ QUORUM_LOST_LOGS = {
 }
 PROPERTY_HOSTS = ('cluster-q1', 'cluster-q2')
 #: Minutes of the history run (CFD_HISTORY_MINUTES asks for longer).
-HISTORY_MINUTES = float(os.environ.get('CFD_HISTORY_MINUTES', '4'))
+HISTORY_MINUTES = float(os.environ.get('CFD_HISTORY_MINUTES', '10'))
 RACE_CASES = ('in_use_without_attachment', 'interrupted_force_detach')
 
 
