@@ -34,7 +34,8 @@ that writes, every ~0.2 s, a 4 KiB block of its own pattern into a slot of
 its own (never written twice); every operation, write, observation and
 fault is recorded with its start and end; ``--faults`` adds faults to the
 schedule: a volume service SIGKILLed at a random step of a force-detach
-(then restarted, the force-detach run again) and the operator's
+(then restarted, the force-detach run again), the leader of the 3-member
+etcd SIGKILLed (restarted 2-8 s later) and the operator's
 status-only reset of an in-use volume (Horizon's "Update Volume Status"),
 after which another host may be attached.  No volume is deleted.  At the
 end the history is written to FILE and checked against what landed on
@@ -74,8 +75,8 @@ def main(argv=None):
                              'checked at the end')
     parser.add_argument('--faults', action='store_true',
                         help='with --history: SIGKILL a volume service '
-                             'mid force-detach, reset an in-use volume\'s '
-                             'status alone')
+                             'mid force-detach or the etcd leader, reset an '
+                             'in-use volume\'s status alone')
     parser.add_argument('--keep', action='store_true',
                         help='leave the box running (its state directory '
                              'is printed)')

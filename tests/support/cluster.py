@@ -30,6 +30,7 @@ import urllib.request
 
 from cinder_forcedetach.conformance import initiator
 from devbox import process
+from devbox.services import etcd as etcd_service
 from devbox.services import tgtd
 from tests import fakes
 from tests.support import waiting
@@ -160,6 +161,31 @@ class ClusterBox(object):
         waiting.wait_for(lambda: not self.alive(names[0]), timeout,
                          '%s (pid %d) to die' % (names[0], pid))
         return names[0]
+
+    # -- etcd (3 members behind a gateway) ---------------------------------
+
+    def etcd_members(self):
+        """{process name: client URL} of the box's etcd members."""
+        host = self.info['host']
+        return {name: 'http://%s:%d' % (host, port)
+                for name, port in etcd_service.members(self.info)}
+
+    def etcd_leader(self):
+        """The process name of the member the others follow, or None."""
+        for name, url in self.etcd_members().items():
+            if not self.alive(name):
+                continue
+            try:
+                status = json.loads(urllib.request.urlopen(
+                    urllib.request.Request(
+                        url + '/v3/maintenance/status', data=b'{}',
+                        method='POST'), timeout=3).read())
+            except OSError:
+                continue
+            if status.get('leader') and status['leader'] == status.get(
+                    'header', {}).get('member_id'):
+                return name
+        return None
 
     # -- faults -------------------------------------------------------------
 

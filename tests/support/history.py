@@ -19,8 +19,8 @@ A run (``tools/soak.py --history``) records, on one monotonic clock:
   ``info``: unknown, e.g. its service was killed): ``attach`` of a host,
   ``delete_attachment``, ``force_detach``, ``reset_status`` (the operator's
   status-only reset, Horizon's "Update Volume Status");
-* every **fault** (``kill -9`` of a volume service at a fault point) with
-  its start and end;
+* every **fault** (``kill -9`` of a volume service at a fault point, or
+  of the etcd leader) with its start and end;
 * every **write** a host's initiator issues: the volume, the slot it
   writes (each write its own 4 KiB block, never written twice), start,
   end and outcome;

@@ -20,13 +20,16 @@ import collections
 import concurrent.futures
 import contextlib
 import json
+import os
 import random
+import signal
 import threading
 import time
 
 from cinder_forcedetach.conformance import initiator
 from tests.support import cluster as tc
 from tests.support import history as hist
+from tests.support import waiting
 
 HOSTS = ['soak-h%d' % i for i in range(1, 5)]
 TRANSITIONS = ('attaching', 'detaching', 'reserved', 'creating', 'deleting')
@@ -291,6 +294,35 @@ class Soak(object):
         finally:
             self.crashing.release()
 
+    def etcd_leader_down(self):
+        """The etcd leader SIGKILLed while the calls go on (--faults).
+
+        The two other members keep the quorum: they elect a leader, leases
+        survive, Cinder's gateway moves to a member that answers.  The
+        member is started again after 2-8 s.  One fault at a time (with
+        :meth:`crash`): a call that failed with a 500 meanwhile is the
+        fault's, not a finding.
+        """
+        if not self.crashing.acquire(blocking=False):
+            return
+        try:
+            leader = self.box.etcd_leader()
+            if leader is None:
+                return
+            start = self.history.now()
+            os.kill(self.box.record(leader)['pid'], signal.SIGKILL)
+            waiting.wait_for(lambda: not self.box.alive(leader), 30,
+                             'etcd member %s to die' % leader)
+            time.sleep(self.rng.uniform(2, 8))
+            self.box.up()
+            end = self.history.now()
+            with self.lock:
+                self.fault_windows.append((start, end))
+            self.history.fault('etcd leader kill -9', start, end,
+                               member=leader, fired=True)
+        finally:
+            self.crashing.release()
+
     def force_detach_cli(self):
         """The CLI: every host, or one host when several are attached."""
         vol_id = self.pick()
@@ -324,7 +356,7 @@ class Soak(object):
     #: With a history: no churn (a deleted volume's writes cannot be read).
     HISTORY_OPERATIONS = (('attach', 40), ('delete_attachment', 25),
                           ('force_detach_api', 15), ('force_detach_cli', 10))
-    FAULTS = (('crash', 2), ('reset_status', 4))
+    FAULTS = (('crash', 2), ('reset_status', 4), ('etcd_leader_down', 1))
 
     def in_fault(self, start):
         """Whether a kill -9 was under way since *start*."""

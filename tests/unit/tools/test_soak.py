@@ -20,6 +20,7 @@ import importlib.util
 import io
 import json
 import os
+import signal
 from unittest import mock
 
 import fixtures
@@ -142,3 +143,44 @@ class ClassifyTestCase(testtools.TestCase):
         # The same answer on a volume that is not multiattach: a failure.
         run = self.run_once(FakeBox(['a1'], refusal), 'force_detach_api')
         self.assertEqual(1, run.http500)
+
+
+class EtcdLeaderDownTestCase(testtools.TestCase):
+    """The etcd leader's kill -9 and restart, as a fault of the history."""
+
+    def setUp(self):
+        super(EtcdLeaderDownTestCase, self).setUp()
+        self.kill = self.useFixture(fixtures.MockPatch(
+            'tests.support.soak.os.kill')).mock
+        self.useFixture(fixtures.MockPatch('tests.support.soak.time.sleep'))
+        self.box = mock.Mock()
+        self.box.record.return_value = {'pid': 4242}
+        self.box.alive.return_value = False
+        self.run = soak.Soak(self.box, argparse.Namespace(
+            seed=1, history='h.jsonl'))
+
+    def test_the_leader_is_killed_restarted_and_recorded(self):
+        self.box.etcd_leader.return_value = 'etcd-2'
+        self.run.etcd_leader_down()
+        self.box.record.assert_called_once_with('etcd-2')
+        self.kill.assert_called_once_with(4242, signal.SIGKILL)
+        self.box.up.assert_called_once_with()
+        (fault,) = [e for e in self.run.history.events
+                    if e['type'] == 'fault']
+        self.assertEqual(('etcd leader kill -9', 'etcd-2', True),
+                         (fault['kind'], fault['member'], fault['fired']))
+        self.assertEqual([(fault['start'], fault['end'])],
+                         self.run.fault_windows)
+        self.assertFalse(self.run.crashing.locked())
+
+    def test_no_leader_no_fault(self):
+        self.box.etcd_leader.return_value = None
+        self.run.etcd_leader_down()
+        self.kill.assert_not_called()
+        self.assertEqual([], self.run.fault_windows)
+
+    def test_one_fault_at_a_time(self):
+        self.box.etcd_leader.return_value = 'etcd-2'
+        with self.run.crashing:
+            self.run.etcd_leader_down()
+        self.kill.assert_not_called()
