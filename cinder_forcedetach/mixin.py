@@ -524,10 +524,11 @@ class ForceDetachMixin(object):
 
         Polls the *pending* attachments (deleted ones too) until one has
         the host's connector and an attach time (Cinder finished the
-        update), or each has ended or carries another host's connector:
-        then, unless a live attachment may be the host's, the host is
-        revoked under the volume's lock and an ``available`` volume loses
-        its export.  An attachment API delete that read the attachment
+        update: the grant was that attachment's, whatever happened to it
+        since), or each has ended without one or carries another host's
+        connector: then, unless a live attachment may be the host's, the
+        host is revoked under the volume's lock and an ``available`` volume
+        loses its export.  An attachment API delete that read the attachment
         ``reserved`` skips the backend even when the grant recorded the
         connector meanwhile (:meth:`_record_grant`).  Anything else after
         :attr:`grant_confirm_seconds` is left to the reconciler.
@@ -544,12 +545,12 @@ class ForceDetachMixin(object):
                                                                  att_id)
                     except exception.VolumeAttachmentNotFound:
                         continue
-                    live = fd_attachments.is_live(att) and not att.deleted
                     ours = not att.connector or fd_attachments.same_host(
                         att.connector, connector)
-                    if live and ours:
-                        if att.attach_time:     # Cinder's update is done
-                            return
+                    if ours and att.attach_time:
+                        return      # Cinder finished the update
+                    if ours and fd_attachments.is_live(att) and \
+                            not att.deleted:
                         waiting = True
                 if not waiting:
                     self._revoke_unrecorded_grant(context, volume_id,

@@ -464,6 +464,15 @@ class UnrecordedGrantTestCase(testtools.TestCase):
         self.assertEqual([], self.rows)
         self.driver.revoke_host_access.assert_not_called()
 
+    def test_finished_then_ended_by_a_reset_stays_confirmed(self):
+        # what a reset leaves is the audit's and the grant fence's
+        self.rows = [self.att(dict(self.CONNECTOR), 'attaching'),
+                     self.att(dict(self.CONNECTOR), 'detached', deleted=True,
+                              attach_time='2026-11-29T01:40:00')]
+        self.driver._confirm_grant('vol', self.CONNECTOR, ['a1'])
+        self.assertEqual([], self.rows)
+        self.driver.revoke_host_access.assert_not_called()
+
     def test_recorded_by_the_grant_then_deleted_reserved_revokes(self):
         # the grant wrote the connector; a delete that had read the
         # attachment reserved skipped the backend
