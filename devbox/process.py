@@ -107,12 +107,14 @@ class Proc(object):
         return bool(self.record) and is_alive(self.record['pid'],
                                               self.record['start_time'])
 
-    def start(self, argv, env=None, cwd=None):
+    def start(self, argv, env=None, cwd=None, preexec_fn=None):
+        """Start *argv*; *preexec_fn* runs in the child before the exec."""
         with open(self.out_path, 'ab') as out:
             popen = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True,
-                env=env, cwd=cwd or self.ctx.dir, close_fds=True)
+                env=env, cwd=cwd or self.ctx.dir, close_fds=True,
+                preexec_fn=preexec_fn)
         st = proc_stat(popen.pid)
         if st is None:
             raise boxutil.StackError('%s exited at once; see %s' % (

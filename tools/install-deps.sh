@@ -19,6 +19,7 @@ APT_PACKAGES=(tgt libiscsi-bin qemu-utils qemu-block-extra open-iscsi
               gcc libc6-dev mariadb-server etcd-server
               qemu-system-x86 libvirt-daemon-system libvirt-clients
               libvirt-dev pkg-config linux-image-amd64 busybox-static
+              iptables
               chromium chromium-driver)
 
 missing=()

@@ -49,6 +49,7 @@ stestr runs the module in one worker (``group_regex`` in .stestr.conf).
 import argparse
 import collections
 import concurrent.futures
+import datetime
 import glob
 import json
 import os
@@ -68,6 +69,7 @@ from hypothesis import strategies
 import testtools
 
 from devbox import partitions as devbox_partitions
+from devbox.services import cinder as cinder_service
 from devbox.services import etcd as etcd_service
 from tests.support import cluster
 from tests.support import cutoff
@@ -105,7 +107,7 @@ QUORUM_LOST_LOGS = {
     'after:RemoveExportTask': 'Could not release lock .*forcedetach-{vol}',
 }
 #: Where a volume service running os-force_detach is cut off (before the
-#: revoke, the fence, the export's removal and Cinder's database update),
+#: revoke, the fence, the export's removal and Cinder's database reset),
 #: and what it logs when its lease ended meanwhile.
 CUT_POINTS = ('after:DisconnectLocalHostTask', 'after:RevokeHostAccessTask',
               'after:FenceClientsTask')
@@ -622,16 +624,16 @@ class ClusterTestCase(testtools.TestCase):
     def cut_service(self, pid, *services):
         """Cut the volume service running *pid* off *services*; healer.
 
-        Its whole process tree is dropped on the way to those services'
-        ports (:mod:`devbox.partitions`): connections hang, nothing is
-        refused.  Healed at cleanup if the test did not.
+        The box starts each volume service in a cgroup of its own; what
+        that group sends to those services' ports is dropped
+        (:mod:`devbox.partitions`): connections hang, nothing is refused.
+        Healed at cleanup if the test did not.
         """
         name = self.box.volume_service_of(pid)
         if self.partitions is None:
             self.partitions = devbox_partitions.Partitions(
-                'cluster-%d' % os.getpid())
+                cinder_service.group_tag(self.box.state))
             self.addCleanup(self.partitions.close)
-        self.partitions.place(name, self.box.record(name)['pid'])
         self.partitions.cut(name, self.box.service_ports(*services))
         return lambda: self.partitions.heal(name)
 
@@ -657,22 +659,27 @@ class ClusterTestCase(testtools.TestCase):
         return self.run_until_paused(point, detach,
                                      'os-force_detach to pause at ' + point)
 
-    @ddt.data(*CUT_POINTS)
-    def test_service_cut_from_etcd_past_its_lease_stops_clean(self, point):
-        """A partition from etcd, held past the lock's lease, mid-flow.
+    @ddt.data(*[(point, cut) for cut in ('etcd', 'everything')
+                for point in CUT_POINTS])
+    @ddt.unpack
+    def test_service_cut_from_etcd_past_its_lease_stops_clean(
+            self, point, cut):
+        """A partition from etcd (or everything), past the lease, mid-flow.
 
         The volume service running Cinder's os-force_detach pauses before
-        the revoke, the fence or the export's removal; it is cut off etcd
-        (packets dropped, nothing refused) until etcd has ended its lease
-        (the lock key is gone: another service could take the volume now);
-        then it goes on, and is healed 2 s later.  Its next lock check
-        cannot confirm the lease, so it changes nothing more: Cinder's rows
-        are not reset; what was torn down stays torn down.  The operator's
-        re-run converges.
+        the revoke, the fence or the export's removal (and Cinder's
+        database reset); it is cut off etcd, or off etcd, MariaDB and
+        RabbitMQ (packets dropped, nothing refused) until etcd has ended
+        its lease (the lock key is gone: another service could take the
+        volume now); then it goes on, and is healed 2 s later.  Its next
+        lock check cannot confirm the lease, so it changes nothing more:
+        Cinder's rows are not reset; what was torn down stays torn down.
+        The operator's re-run converges.
         """
         vol_id, att_id, session = self.attached_volume('cluster-h1')
         resume = self.paused_api_force_detach(vol_id, point)
-        heal = self.cut_service(self.paused_pid(), 'etcd')
+        heal = self.cut_service(self.paused_pid(), *(
+            ('etcd', 'db', 'rabbitmq') if cut == 'everything' else (cut,)))
         waiting.wait_for(lambda: not self.lock_key_held(vol_id),
                          3 * etcd_service.LOCK_TTL,
                          'etcd to end the lease of the cut service')
@@ -688,24 +695,48 @@ class ClusterTestCase(testtools.TestCase):
         self.assert_detached(vol_id, session)
         self.assert_usable(vol_id)
 
-    @ddt.data(*CUT_POINTS)
-    def test_service_cut_from_the_database_keeps_its_lock(self, point):
-        """A partition from the database, held past the lock's lease.
+    def last_report(self, pid):
+        """When the volume service running *pid* last reported to Cinder.
 
-        The volume service pauses mid-flow, is cut off MariaDB and goes on:
-        its next database call hangs.  etcd still hears from it, so its
-        lease lives on and the volume stays locked (no other service can
-        act on it meanwhile).  Healed after more than the lease, the flow
-        finishes: the host is cut off, Cinder says available.
+        Its report is a database write every ``report_interval`` (10 s).
+        """
+        name = self.box.volume_service_of(pid)
+        (service,) = [s for s in self.box.api('GET', '/os-services')[
+            'services'] if s['binary'] == 'cinder-volume' and
+            s['host'].startswith(name + '@')]
+        return datetime.datetime.fromisoformat(service['updated_at'])
+
+    @ddt.data(*[(point, cut) for cut in ('db', 'rabbitmq')
+                for point in CUT_POINTS])
+    @ddt.unpack
+    def test_service_cut_from_db_or_broker_converges_once_healed(
+            self, point, cut):
+        """A partition from MariaDB or RabbitMQ, held past the lease.
+
+        The volume service running Cinder's os-force_detach pauses
+        mid-flow, is cut off the database (its reports stop) or the
+        message broker (its notifications and its answer to Cinder's API
+        wait) and goes on.  etcd still hears from it: a lock it holds
+        stays its own.  Cut off the database, the flow needs none after
+        these steps and Cinder's detach may run on the other service; cut
+        off RabbitMQ, Cinder's API waits for the answer.  Healed, every
+        connection goes on where it stopped: the host is cut off, Cinder
+        says available, and the volume attaches elsewhere.
         """
         vol_id, att_id, session = self.attached_volume('cluster-h1')
         resume = self.paused_api_force_detach(vol_id, point)
-        heal = self.cut_service(self.paused_pid(), 'db')
+        pid = self.paused_pid()
+        reported = self.last_report(pid)
+        heal = self.cut_service(pid, cut)
 
         def hold():
             time.sleep(etcd_service.LOCK_TTL + 2)
-            self.assertTrue(self.lock_key_held(vol_id),
-                            'the lock went while the service was alive')
+            # The control: the cut holds the service back.
+            if cut == 'db':
+                self.assertEqual(reported, self.last_report(pid))
+            else:
+                self.assertNotEqual('available',
+                                    self.box.volume(vol_id)['status'])
             heal()
         resume(then=hold)
         self.assert_detached(vol_id, session)

@@ -162,6 +162,26 @@ class ClusterBox(object):
                          '%s (pid %d) to die' % (names[0], pid))
         return names[0]
 
+    def volume_service_of(self, pid):
+        """The volume service whose process tree runs *pid*."""
+        for name in self.volume_services():
+            record = self.record(name)
+            if record and (pid == record['pid'] or pid in [
+                    p for p, _start in process.descendants(record['pid'])]):
+                return name
+        raise AssertionError('pid %d runs no volume service of the box' %
+                             pid)
+
+    def service_ports(self, *services):
+        """The ports a volume service reaches *services* on.
+
+        ``etcd`` (the gateway tooz talks to), ``db`` (MariaDB),
+        ``rabbitmq`` (AMQP).
+        """
+        keys = {'etcd': 'etcd_port', 'db': 'db_port',
+                'rabbitmq': 'rabbit_port'}
+        return [self.info[keys[s]] for s in services]
+
     # -- etcd (3 members behind a gateway) ---------------------------------
 
     def etcd_members(self):
