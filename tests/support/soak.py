@@ -157,18 +157,20 @@ class Soak(object):
     # -- operations ---------------------------------------------------------
 
     def attach(self):
-        """Attachment create (with the connector), then os-complete.
+        """As Nova attaches: reserve, update with the connector, complete.
 
-        A failed os-complete is followed by the attachment's delete, as
-        Nova cleans up a failed attach; the error counted is the first.
-        With a history, the host's initiator logs in and writes.
+        A failed update or os-complete is followed by the attachment's
+        delete, as Nova cleans up a failed attach; the error counted is
+        the first.  The reservation's id is known before the update, so an
+        update that fails (a 500 while a fault runs) leaves no attachment
+        the run cannot name.  With a history, the host's initiator logs in
+        and writes.
         """
         vol_id, host = self.pick(), self.rng.choice(HOSTS)
         with self.recorded('attach', vol_id, host=host) as op:
             try:
                 att = self.box.api('POST', '/attachments', {'attachment': {
-                    'volume_uuid': vol_id, 'connector': tc.connector(host),
-                    'mode': 'rw'}})['attachment']
+                    'volume_uuid': vol_id, 'mode': 'rw'}})['attachment']
             except tc.ApiError:
                 op['outcome'] = 'fail'
                 raise
@@ -176,6 +178,9 @@ class Soak(object):
             with self.lock:
                 self.hosts[att['id']] = host
             try:
+                att = self.box.api('PUT', '/attachments/%s' % att['id'], {
+                    'attachment': {'connector': tc.connector(host)}})[
+                        'attachment']
                 self.box.api('POST', '/attachments/%s/action' % att['id'],
                              {'os-complete': None})
             except tc.ApiError:
