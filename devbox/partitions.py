@@ -16,11 +16,12 @@ A compute host is a node of its own (:mod:`devbox.netns`).  A volume
 service cannot be moved into a network namespace on these machines:
 ``tgtadm`` reaches tgtd through an abstract unix socket, which belongs to
 one network namespace, and the box's Ceph monitors bind 127.0.0.1.  So a
-service is cut the way a partition cuts it, where it stands: its process
-tree is placed in a cgroup-v2 group of its own, and iptables drops every
-TCP packet that group sends to the cut services' ports (the ``cgroup``
-match).  Nothing is refused: its connections and new connects hang, as
-across a partition, while every other process reaches those services.
+service is cut the way a partition cuts it, where it stands: it runs in a
+cgroup-v2 group of its own (from its start: :func:`joiner`), and iptables
+drops every TCP packet that group sends to the cut services' ports (the
+``cgroup`` match).  Nothing is refused: its connections and new connects
+hang, as across a partition, while every other process reaches those
+services.
 Healing deletes the rules; TCP retransmits and the connections go on.
 One direction is dropped (the service's packets); with no packet of its
 getting through, no TCP exchange completes either way.
@@ -107,6 +108,7 @@ class Partitions(object):
     """
 
     def __init__(self, tag, iptables='iptables'):
+        self.name = tag
         self.tag = 'cfd-%s' % tag
         self.iptables = iptables
         self.root = cgroup2_root()
@@ -165,7 +167,7 @@ class Partitions(object):
                     pass
             os.rmdir(path)
         self.placed.clear()
-        remove_groups(self.tag[len('cfd-'):])
+        remove_groups(self.name)
 
     def _iptables(self, op, group, port):
         res = subprocess.run([self.iptables, '-w', op, 'OUTPUT'] +

@@ -122,7 +122,7 @@ class PartitionTestCase(testtools.TestCase):
             [sys.executable, '-c', HOLDER, str(self.port)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             preexec_fn=partitions.joiner(partitions.group_dir(
-                self.parts.tag[len('cfd-'):], 'svc')))
+                self.parts.name, 'svc')))
         self.addCleanup(proc.wait)
         self.addCleanup(proc.stdin.close)
         self.assertEqual('connected', proc.stdout.readline().strip())
