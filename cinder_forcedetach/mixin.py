@@ -493,15 +493,23 @@ class ForceDetachMixin(object):
         connector, so the next grant's fence, under the lock, finds the
         host explained, and an attachment delete from now on goes through
         the volume service (a ``reserved`` one skips the backend).  An
-        attachment deleted meanwhile gets no grant.
+        attachment deleted meanwhile gets no grant: the host is revoked
+        unless another live attachment may be its own.
         """
+        context = cinder_context.get_admin_context()
         try:
             db_api.volume_attachment_update(
-                cinder_context.get_admin_context(), attachment_id,
+                context, attachment_id,
                 {'attach_status': fields.VolumeAttachStatus.ATTACHING,
                  'connector': jsonutils.dumps(connector)})
         except exception.VolumeAttachmentNotFound:
-            self._undo_grant(volume, connector)
+            try:
+                others = self._host_attachments(
+                    objects.Volume.get_by_id(context, volume.id), connector)
+            except exception.VolumeNotFound:
+                others = []
+            if not others:
+                self._undo_grant(volume, connector)
             raise exception.InvalidVolume(reason=_(
                 'volume %(vol)s: attachment %(att)s of host %(host)s was '
                 'deleted during its grant: access not granted') % {

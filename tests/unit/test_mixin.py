@@ -382,6 +382,19 @@ class GrantedAttachmentTestCase(testtools.TestCase):
         self.driver.revoke_host_access.assert_called_once_with(
             mock.ANY, self.CONNECTOR)
 
+    def test_deleted_during_the_grant_another_of_the_host_keeps_access(self):
+        self.attachment('reserved')
+        self.db.volume_attachment_update.side_effect = (
+            exception.VolumeAttachmentNotFound(filter='att-4'))
+        self.objects.Volume.get_by_id.return_value = types.SimpleNamespace(
+            id='vol-1', status='in-use', volume_attachment=[
+                types.SimpleNamespace(id='att-3', attach_status='attached',
+                                      connector=dict(self.CONNECTOR))])
+        self.assertRaises(exception.InvalidVolume, self.grant,
+                          '_connection_create',
+                          types.SimpleNamespace(id='att-4'))
+        self.driver.revoke_host_access.assert_not_called()
+
     def test_the_legacy_grant_names_no_attachment(self):
         self.assertEqual({}, self.grant('initialize_connection'))
         self.objects.VolumeAttachment.get_by_id.assert_not_called()
