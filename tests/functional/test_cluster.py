@@ -192,6 +192,23 @@ class ClusterTestCase(testtools.TestCase):
         self.assertEqual({}, self.box.target_of(vol_id))
         self.assert_cut_off(vol_id, session)
 
+    def volume_story(self, vol_ids, limit=120):
+        """What the box's Cinder logs say of *vol_ids*, for a failure.
+
+        The box and its logs go with the test class: a storm's rare race
+        is read from the failure message or not at all.
+        """
+        lines = []
+        for path in sorted(glob.glob(os.path.join(
+                self.box.state, 'logs', 'cinder-*.log'))):
+            with open(path) as f:
+                lines += ['%s: %s' % (os.path.basename(path), line[:400])
+                          for line in f
+                          if any(v in line for v in vol_ids) and
+                          'DEBUG' not in line]
+        lines.sort(key=lambda line: line.split(': ', 1)[1][:23])
+        return ''.join(lines[-limit:])
+
     def assert_usable(self, vol_id):
         """Another host attaches (alone on the ACL), writes, detaches."""
         att_id, info = self.box.attach(vol_id, 'cluster-h2')
@@ -339,7 +356,8 @@ class ClusterTestCase(testtools.TestCase):
         unexplained = [f for f in found.get('findings', ())
                        if f.get('case') not in RACE_CASES or
                        f.get('result') != 'repaired']
-        self.assertEqual([], unexplained)
+        self.assertEqual([], unexplained, self.volume_story(
+            {f['volume'] for f in unexplained}))
         host_of = {a: h for _v, a, h in created}
         for vol_id, multi in volumes:
             volume = self.box.volume(vol_id)
@@ -352,14 +370,14 @@ class ClusterTestCase(testtools.TestCase):
                 # read before the teardown, over a reservation made since.
                 self.assertLessEqual(
                     len({host_of.get(a['id']) for a in live}), 1,
-                    'two hosts attached to %s: %s' % (
+                    'two hosts attached to %s: %s\n%s' % (
                         vol_id, [(a['id'], host_of.get(a['id']))
-                                 for a in live]))
+                                 for a in live], self.volume_story({vol_id})))
             acls = set().union(*self.box.target_of(vol_id).values()) \
                 if self.box.target_of(vol_id) else set()
             self.assertEqual({cluster.IQN + host_of[a['id']] for a in live},
-                             acls, 'volume %s: ACLs and live attachments'
-                             % vol_id)
+                             acls, 'volume %s: ACLs and live attachments\n%s'
+                             % (vol_id, self.volume_story({vol_id})))
             if volume['status'] == 'available':
                 self.assertEqual({}, self.box.target_of(vol_id))
         api_log = os.path.join(self.box.state, 'logs', 'cinder-api.log')
