@@ -76,9 +76,16 @@ class MariaDB(base.Service):
                         stdin=subprocess.DEVNULL, stdout=f,
                         stderr=subprocess.STDOUT, cwd=d, timeout=300)
                 if res.returncode:
+                    # Its closing lines are always the same advice: the
+                    # server's own errors come first.
+                    with open(out, errors='replace') as f:
+                        errors = [line.strip() for line in f
+                                  if '[ERROR]' in line][:5]
                     raise base.StackError(
-                        'mariadb-install-db failed; see %s%s' % (
-                            out, boxutil.tail(out)))
+                        'mariadb-install-db failed (exit %d); see %s%s' % (
+                            res.returncode, out, ''.join(
+                                '\n  ' + e for e in errors) or
+                            boxutil.tail(out)))
             proc.start([server, '--no-defaults', '--datadir=' + data,
                         '--socket=' + sock,
                         '--pid-file=' + os.path.join(d, 'mariadbd.pid'),

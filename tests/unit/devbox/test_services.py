@@ -25,6 +25,7 @@ import testtools
 from devbox import computes
 from devbox import services
 from devbox.services import base
+from devbox.services import mariadb
 from devbox import stack
 
 #: Settings that enable every service of the box.
@@ -373,3 +374,28 @@ class CinderReportedSinceStartTestCase(testtools.TestCase):
         self.assertTrue(self.reported(
             ['2027-01-15T08:00:30.000000', '2027-01-15T08:01:30.000000'],
             volume_services=2, started=started))
+
+
+class MariaDBInstallTestCase(testtools.TestCase):
+    """A failed ``mariadb-install-db`` reports the server's own errors."""
+
+    def test_the_errors_not_the_closing_advice(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        ctx = mock.Mock(dir=tmp, log_dir=tmp,
+                        info={'host': '127.0.0.1', 'db_port': 1})
+        ctx.proc.return_value.alive.return_value = False
+
+        def install(argv, stdout, **kwargs):
+            stdout.write(b'2026-11-29 [ERROR] InnoDB: io_setup() failed\n'
+                         b'Installation of system tables failed!\n'
+                         b"Try '/usr/sbin/mariadbd --help' if you have "
+                         b'problems with paths.\n')
+            return mock.Mock(returncode=1)
+        self.useFixture(fixtures.MockPatchObject(
+            mariadb.subprocess, 'run', side_effect=install))
+        self.useFixture(fixtures.MockPatchObject(
+            mariadb.boxutil, 'which', return_value='/usr/sbin/x'))
+        err = self.assertRaises(base.StackError, mariadb.MariaDB().start,
+                                ctx)
+        self.assertIn('io_setup() failed', str(err))
+        self.assertNotIn('--help', str(err))
