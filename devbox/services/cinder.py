@@ -333,7 +333,8 @@ class Cinder(base.Service):
         packets of sockets made inside the group.  None (no group) with
         one volume service, or where no cgroup-v2 hierarchy can be had.
         """
-        if ctx.info.get('volume_services', 1) < 2:
+        if not name.startswith('cinder-volume') or ctx.info.get(
+                'volume_services', 1) < 2:
             return None
         try:
             return partitions.joiner(partitions.group_dir(

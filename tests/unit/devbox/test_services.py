@@ -25,6 +25,7 @@ import testtools
 from devbox import computes
 from devbox import services
 from devbox.services import base
+from devbox.services import cinder
 from devbox.services import mariadb
 from devbox import stack
 
@@ -399,3 +400,27 @@ class MariaDBInstallTestCase(testtools.TestCase):
                                 ctx)
         self.assertIn('io_setup() failed', str(err))
         self.assertNotIn('--help', str(err))
+
+
+class VolumeServiceGroupTestCase(testtools.TestCase):
+    """With several volume services, each starts in a cgroup of its own."""
+
+    def setUp(self):
+        super(VolumeServiceGroupTestCase, self).setUp()
+        self.group_dir = self.useFixture(fixtures.MockPatchObject(
+            cinder.partitions, 'group_dir', return_value='/g')).mock
+
+    def group(self, name, count):
+        ctx = mock.Mock(dir='/tmp/cfd-cluster-x',
+                        info={'volume_services': count})
+        return cinder.Cinder.own_group(ctx, name)
+
+    def test_each_volume_service_of_several(self):
+        self.assertIsNotNone(self.group('cinder-volume-2', 2))
+        self.group_dir.assert_called_once_with('box-cfd-cluster-x',
+                                               'cinder-volume-2')
+
+    def test_not_the_api_nor_a_single_volume_service(self):
+        self.assertIsNone(self.group('cinder-api', 2))
+        self.assertIsNone(self.group('cinder-volume', 1))
+        self.group_dir.assert_not_called()
