@@ -31,6 +31,11 @@ def is_live(attachment: objects.VolumeAttachment) -> bool:
     return attachment.attach_status not in ENDED_ATTACH_STATUSES
 
 
+def row_is_live(attachment: objects.VolumeAttachment) -> bool:
+    """Whether a row read with deleted ones is neither deleted nor ended."""
+    return not attachment.deleted and is_live(attachment)
+
+
 def export_users(attachments: Iterable[objects.VolumeAttachment]
                  ) -> list[objects.VolumeAttachment]:
     """The attachments whose host may use the export: those with a connector.

@@ -557,8 +557,7 @@ class ForceDetachMixin(object):
                         att.connector, connector)
                     if ours and att.attach_time:
                         return      # Cinder finished the update
-                    if ours and fd_attachments.is_live(att) and \
-                            not att.deleted:
+                    if ours and fd_attachments.row_is_live(att):
                         waiting = True
                 if not waiting:
                     self._revoke_unrecorded_grant(context, volume_id,
@@ -755,7 +754,7 @@ class ForceDetachMixin(object):
                                                             attachment_id)
         except exception.VolumeAttachmentNotFound:
             return False
-        return not attachment.deleted and fd_attachments.is_live(attachment)
+        return fd_attachments.row_is_live(attachment)
 
     # -- hooks a driver implements ----------------------------------------
 

@@ -51,6 +51,14 @@ class AttachmentsTestCase(testtools.TestCase):
     def test_ended(self, status):
         self.assertFalse(attachments.is_live(att('1', A, status)))
 
+    def test_a_row_is_live_when_neither_deleted_nor_ended(self):
+        live, ended = att('1', A, 'attaching'), att('2', A, 'detached')
+        live.deleted = ended.deleted = False
+        self.assertEqual((True, False), (attachments.row_is_live(live),
+                                         attachments.row_is_live(ended)))
+        live.deleted = True
+        self.assertFalse(attachments.row_is_live(live))
+
     def test_attachments_are_logged_by_id_only(self):
         secret = dict(A, auth_password='s3cret')
         shown = repr(attachments.Attachments([att('1', secret), att('2', B)]))
