@@ -125,8 +125,7 @@ class Partitions(object):
         Children forked later (a worker, a privsep daemon) are born in it;
         sockets made before stay outside (see :func:`joiner`).
         """
-        path = os.path.join(self.root, self.group(name))
-        os.makedirs(path, exist_ok=True)
+        path = group_dir(self.name, name)
         self.placed.add(name)
         for member in [pid] + [p for p, _start in process.descendants(pid)]:
             try:
@@ -149,7 +148,10 @@ class Partitions(object):
             self._iptables('-D', self.group(name), port)
 
     def close(self):
-        """Heal every cut; the groups :meth:`place` made go, emptied."""
+        """Heal every cut, empty what :meth:`place` filled, remove groups.
+
+        A group that still has members (a box service's) stays.
+        """
         for name in list(self.cuts):
             self.heal(name)
         for name in sorted(self.placed):
@@ -165,7 +167,6 @@ class Partitions(object):
                         f.write(member)
                 except ProcessLookupError:
                     pass
-            os.rmdir(path)
         self.placed.clear()
         remove_groups(self.name)
 
