@@ -32,22 +32,33 @@ from tests.functional import base
 
 class GrantRaceTestCase(base.CinderTgtTestCase):
 
-    def hold_grants(self):
-        """Hold the volume service's next grant; returns (entered, go)."""
-        entered, go = eventlet.event.Event(), eventlet.event.Event()
-        real = self.driver.validate_connector
+    def hold_driver_call(self, name, after=False):
+        """Hold the volume service's next call of the driver's *name*.
 
-        def held(connector):
+        Before the call runs, or (*after*) once it returned.  Returns
+        (entered, go).
+        """
+        entered, go = eventlet.event.Event(), eventlet.event.Event()
+        real = getattr(self.driver, name)
+
+        def held(*args):
+            result = real(*args) if after else None
             if not entered.ready():
                 entered.send()
                 go.wait()
-            return real(connector)
+            return result if after else real(*args)
 
-        # _connection_create validates the connector first, before the
-        # export and the grant.
-        self.driver.validate_connector = held
-        self.addCleanup(setattr, self.driver, 'validate_connector', real)
+        setattr(self.driver, name, held)
+        self.addCleanup(setattr, self.driver, name, real)
         return entered, go
+
+    def hold_grants(self):
+        """Hold the next grant before it starts; (entered, go).
+
+        _connection_create validates the connector first, before the
+        export and the grant.
+        """
+        return self.hold_driver_call('validate_connector')
 
     def hold_after_grants(self):
         """Hold the next grant once it returns to Cinder, unrecorded.
@@ -56,19 +67,7 @@ class GrantRaceTestCase(base.CinderTgtTestCase):
         the attachment after the driver's grant returns; this holds the
         volume service in between.  Returns (entered, go).
         """
-        entered, go = eventlet.event.Event(), eventlet.event.Event()
-        real = self.driver.initialize_connection
-
-        def held(volume, connector):
-            info = real(volume, connector)
-            if not entered.ready():
-                entered.send()
-                go.wait()
-            return info
-
-        self.driver.initialize_connection = held
-        self.addCleanup(setattr, self.driver, 'initialize_connection', real)
-        return entered, go
+        return self.hold_driver_call('initialize_connection', after=True)
 
     def update_attachment(self, att_id, host):
         try:
