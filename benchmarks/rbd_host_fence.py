@@ -92,7 +92,6 @@ CONF = cfg.CONF
 BLOCK = ceph.BLOCK
 WRITER_BASE = 16            # the writers' first block (the new client: 0)
 GOAL_SECONDS = 3.0          # for 100 volumes
-PROFILE = None              # --profile: where the batch way's statistics go
 # Cinder's database in SQLite on tmpfs: a commit costs what a MySQL commit
 # over a LAN does (~1 ms), not an fsync of this VM's disk under load.
 DB_DIR = '/dev/shm' if os.path.isdir('/dev/shm') else tempfile.gettempdir()
@@ -249,8 +248,12 @@ def judge_writer(ioctx, writer, name, available_at):
 # -- the two ways -------------------------------------------------------------
 
 
-def run_way(way, cluster, ctx, driver, new_host, volumes, writers):
-    """Fence host A off *volumes*; a result dict."""
+def run_way(way, cluster, ctx, driver, new_host, volumes, writers,
+            profile=None):
+    """Fence host A off *volumes*; a result dict.
+
+    *profile*: a file for cProfile statistics of the batch way's call.
+    """
     before = cluster.blocklist()
     t0, wall0, load = time.monotonic(), time.time(), os.getloadavg()[0]
     cpu0 = time.process_time()
@@ -265,14 +268,14 @@ def run_way(way, cluster, ctx, driver, new_host, volumes, writers):
                 failed[vol.id] = err
             available[vol.id] = time.time()
     else:
-        profiler = cProfile.Profile() if PROFILE and way == 'batch' else None
+        profiler = cProfile.Profile() if profile and way == 'batch' else None
         if profiler:
             profiler.enable()
         report = driver.fence_host(ctx, HOST_A, [v for v, _i in volumes],
                                    ip_wide=(way == 'ip-wide'))
         if profiler:
             profiler.disable()
-            profiler.dump_stats(PROFILE)
+            profiler.dump_stats(profile)
         failed.update(report.failed)
         steps = report.seconds
         now = time.time()
@@ -442,7 +445,7 @@ def run(args, cluster, workdir):
                   % (way, args.volumes, time.monotonic() - t0,
                      os.getloadavg()[0]), flush=True)
             results.append(run_way(way, cluster, ctx, driver, new_host,
-                                   volumes, writers))
+                                   volumes, writers, args.profile))
         other_wrong, other_writes = check_other_host(
             cluster, other, other_writers, since)
         return print_results(results, args.volumes, other_wrong,
@@ -486,8 +489,6 @@ def main():
                         help='write cProfile statistics of the batch '
                              'way\'s fence_host call to FILE')
     args = parser.parse_args()
-    global PROFILE
-    PROFILE = args.profile
     if args.paxos_interval is not None and args.ceph_dir:
         parser.error('--paxos-interval changes the monitor: only on the '
                      'cluster this script brings up')
