@@ -371,28 +371,27 @@ class GrantedAttachmentTestCase(testtools.TestCase):
                                 'connector': json.dumps(self.CONNECTOR)})
         self.driver.revoke_host_access.assert_not_called()
 
-    def test_an_attachment_deleted_during_the_grant_gets_nothing(self):
+    def grant_deleted_meanwhile(self):
+        """A grant whose attachment is gone when it records; the error."""
         self.attachment('reserved')
         self.db.volume_attachment_update.side_effect = (
             exception.VolumeAttachmentNotFound(filter='att-4'))
-        err = self.assertRaises(
+        return self.assertRaises(
             exception.InvalidVolume, self.grant, '_connection_create',
             types.SimpleNamespace(id='att-4'))
+
+    def test_an_attachment_deleted_during_the_grant_gets_nothing(self):
+        err = self.grant_deleted_meanwhile()
         self.assertIn('deleted during its grant', str(err))
         self.driver.revoke_host_access.assert_called_once_with(
             mock.ANY, self.CONNECTOR)
 
     def test_deleted_during_the_grant_another_of_the_host_keeps_access(self):
-        self.attachment('reserved')
-        self.db.volume_attachment_update.side_effect = (
-            exception.VolumeAttachmentNotFound(filter='att-4'))
         self.objects.Volume.get_by_id.return_value = types.SimpleNamespace(
             id='vol-1', status='in-use', volume_attachment=[
                 types.SimpleNamespace(id='att-3', attach_status='attached',
                                       connector=dict(self.CONNECTOR))])
-        self.assertRaises(exception.InvalidVolume, self.grant,
-                          '_connection_create',
-                          types.SimpleNamespace(id='att-4'))
+        self.grant_deleted_meanwhile()
         self.driver.revoke_host_access.assert_not_called()
 
     def test_the_legacy_grant_names_no_attachment(self):
