@@ -92,36 +92,26 @@ KILL_POINTS = (
 #: whole image written (Cinder has not yet set the status back).
 REIMAGE_POINTS = ('after:discard_volume', 'after:write',
                   'after:copy_image_to_volume')
+#: What a volume service logs when its flow stops before a task because
+#: the lock service no longer confirms the volume's lock.
+LOCK_LOST_LOG = ('volume {vol} is no longer confirmed by the lock service '
+                 '.*stopped before %s')
 #: Where the force-detach pauses while etcd loses its quorum (before the
 #: revoke, the fence, Cinder's database update), and what the volume
 #: service logs then.
 QUORUM_LOST_LOGS = {
-    'after:RecordTeardownTask': 'volume {vol} is no longer confirmed by the '
-                                'lock service .*stopped before '
-                                'DisconnectLocalHostTask',
-    'after:RevokeHostAccessTask': 'volume {vol} is no longer confirmed by '
-                                  'the lock service .*stopped before '
-                                  'FenceClientsTask',
+    'after:RecordTeardownTask': LOCK_LOST_LOG % 'DisconnectLocalHostTask',
+    'after:RevokeHostAccessTask': LOCK_LOST_LOG % 'FenceClientsTask',
     # The flow's last step done: only its release fails, and then Cinder's
     # own remove_export cannot take the lock (ToozError).
     'after:RemoveExportTask': 'Could not release lock .*forcedetach-{vol}',
 }
 #: Where a volume service running os-force_detach is cut off (before the
 #: revoke, the fence, the export's removal and Cinder's database reset),
-#: and what it logs when its lease ended meanwhile.
-CUT_POINTS = ('after:DisconnectLocalHostTask', 'after:RevokeHostAccessTask',
-              'after:FenceClientsTask')
-CUT_FROM_ETCD_LOGS = {
-    'after:DisconnectLocalHostTask': 'volume {vol} is no longer confirmed '
-                                     'by the lock service .*stopped before '
-                                     'RevokeHostAccessTask',
-    'after:RevokeHostAccessTask': 'volume {vol} is no longer confirmed by '
-                                  'the lock service .*stopped before '
-                                  'FenceClientsTask',
-    'after:FenceClientsTask': 'volume {vol} is no longer confirmed by the '
-                              'lock service .*stopped before '
-                              'RemoveExportTask',
-}
+#: and the task its flow stops before when its lease ended meanwhile.
+CUT_POINTS = {'after:DisconnectLocalHostTask': 'RevokeHostAccessTask',
+              'after:RevokeHostAccessTask': 'FenceClientsTask',
+              'after:FenceClientsTask': 'RemoveExportTask'}
 PROPERTY_HOSTS = ('cluster-q1', 'cluster-q2')
 #: Minutes of the history run (CFD_HISTORY_MINUTES asks for longer).
 HISTORY_MINUTES = float(os.environ.get('CFD_HISTORY_MINUTES', '10'))
@@ -472,9 +462,7 @@ class ClusterTestCase(testtools.TestCase):
         ``etcd``: the gateway Cinder talks to (etcd unreachable);
         ``etcd-N``: a member.
         """
-        os.kill(self.box.record(name)['pid'], signal.SIGKILL)
-        waiting.wait_for(lambda: not self.box.alive(name), 30,
-                         '%s to die' % name)
+        self.box.kill(name)
         self.addCleanup(lambda: self.box.alive(name) or self.box.up())
 
     def assert_failed_clean(self, failed, vol_id, target, session, byte):
@@ -518,9 +506,8 @@ class ClusterTestCase(testtools.TestCase):
         resume = self.paused_force_detach(vol_id, 'after:RecordTeardownTask')
         self.kill_etcd()
         self.assert_failed_clean(resume(), vol_id, target, session, 0x34)
-        logs = ''.join(open(p).read() for p in glob.glob(
-            os.path.join(self.box.state, 'logs', 'cinder-volume-*.log')))
-        self.assertIn('stopped before DisconnectLocalHostTask', logs)
+        self.assertIn('stopped before DisconnectLocalHostTask',
+                      self.box.volume_service_logs())
         self.assert_rerun_converges_with_etcd_back(vol_id, session)
 
     # -- a 3-member etcd: its leader killed, its quorum lost ------------------
@@ -549,12 +536,6 @@ class ClusterTestCase(testtools.TestCase):
             run.join(300)
             self.assertFalse(run.is_alive(), '%s: never ended' % what)
         return resume
-
-    def paused_pid(self):
-        """The pid of the process a ``pause`` fault point holds."""
-        (paused,) = glob.glob(os.path.join(self.box.state, 'cinder',
-                                           'faults', 'paused.*'))
-        return int(paused.rsplit('.', 1)[1])
 
     def paused_attach(self, vol_id, host, point):
         """An attach of *host* to *vol_id*, paused at *point*.
@@ -629,9 +610,8 @@ class ClusterTestCase(testtools.TestCase):
         self.assertTrue(self.box.alive(survivor))
         failed = resume()
         self.assertNotEqual(0, failed.returncode, failed.stdout)
-        logs = ''.join(open(p).read() for p in glob.glob(os.path.join(
-            self.box.state, 'logs', 'cinder-volume-*.log')))
-        self.assertRegex(logs, QUORUM_LOST_LOGS[point].format(vol=vol_id))
+        self.assertRegex(self.box.volume_service_logs(),
+                         QUORUM_LOST_LOGS[point].format(vol=vol_id))
         self.assertEqual('in-use', self.box.volume(vol_id)['status'])
         self.assertEqual(['attached'], [a['status'] for a in
                                         self.box.attachments(vol_id)])
@@ -655,18 +635,20 @@ class ClusterTestCase(testtools.TestCase):
         self.partitions.cut(name, self.box.service_ports(*services))
         return lambda: self.partitions.heal(name)
 
-    def lock_key_held(self, vol_id):
-        """Whether etcd holds the volume's lock key (its lease alive)."""
-        client = etcd3gw.client(host=self.box.info['host'],
-                                port=self.box.info['etcd_port'])
-        return any(vol_id in meta['key'].decode()
-                   for _, meta in client.get_prefix('/'))
+    def etcd_client(self):
+        return etcd3gw.client(host=self.box.info['host'],
+                              port=self.box.info['etcd_port'])
+
+    def lock_keys(self, vol_id, client=None):
+        """etcd's keys (their metadata) of the volume's lock."""
+        return [meta for _, meta in (client or self.etcd_client())
+                .get_prefix('/') if vol_id in meta['key'].decode()]
 
     def paused_api_force_detach(self, vol_id, point):
         """Cinder's os-force_detach of every host, paused at *point*.
 
         The flow runs in the volume service Cinder's RPC reached; its pid
-        is :meth:`paused_pid`.  Returns ``resume(then=None)``.
+        is :meth:`ClusterBox.paused_pid`.  Returns ``resume(then=None)``.
         """
         def detach():
             try:
@@ -696,15 +678,15 @@ class ClusterTestCase(testtools.TestCase):
         """
         vol_id, att_id, session = self.attached_volume('cluster-h1')
         resume = self.paused_api_force_detach(vol_id, point)
-        heal = self.cut_service(self.paused_pid(), *(
+        heal = self.cut_service(self.box.paused_pid(), *(
             ('etcd', 'db', 'rabbitmq') if cut == 'everything' else (cut,)))
-        waiting.wait_for(lambda: not self.lock_key_held(vol_id),
+        waiting.wait_for(lambda: not self.lock_keys(vol_id),
                          3 * etcd_service.LOCK_TTL,
                          'etcd to end the lease of the cut service')
         resume(then=lambda: (time.sleep(2), heal()))
-        logs = ''.join(open(p).read() for p in glob.glob(os.path.join(
-            self.box.state, 'logs', 'cinder-volume-*.log')))
-        self.assertRegex(logs, CUT_FROM_ETCD_LOGS[point].format(vol=vol_id))
+        self.assertRegex(self.box.volume_service_logs(),
+                         (LOCK_LOST_LOG % CUT_POINTS[point]).format(
+                             vol=vol_id))
         self.assertNotEqual('available', self.box.volume(vol_id)['status'])
         self.assertEqual(['attached'], [a['status'] for a in
                                         self.box.attachments(vol_id)])
@@ -743,7 +725,7 @@ class ClusterTestCase(testtools.TestCase):
         """
         vol_id, att_id, session = self.attached_volume('cluster-h1')
         resume = self.paused_api_force_detach(vol_id, point)
-        pid = self.paused_pid()
+        pid = self.box.paused_pid()
         reported = self.last_report(pid)
         heal = self.cut_service(pid, cut)
 
@@ -771,15 +753,13 @@ class ClusterTestCase(testtools.TestCase):
         when it next asks etcd.  Revoking the lease is that expiry without
         the wait (Cinder's RPC timeout in this box is 30 s).
         """
-        client = etcd3gw.client(host=self.box.info['host'],
-                                port=self.box.info['etcd_port'])
-        held = [meta for _, meta in client.get_prefix('/')
-                if vol_id in meta['key'].decode() and meta.get('lease')]
+        client = self.etcd_client()
+        held = [meta for meta in self.lock_keys(vol_id, client)
+                if meta.get('lease')]
         self.assertEqual(1, len(held), 'the lock key of volume %s: %r' % (
             vol_id, held))
         etcd3gw_lease.Lease(int(held[0]['lease']), client).revoke()
-        self.assertEqual([], [meta for _, meta in client.get_prefix('/')
-                              if vol_id in meta['key'].decode()])
+        self.assertEqual([], self.lock_keys(vol_id, client))
 
     def test_lease_lost_before_the_grant_grants_nothing(self):
         """A grant made after its lock expired is revoked, and fails.
@@ -831,9 +811,8 @@ class ClusterTestCase(testtools.TestCase):
         self.assertNotIn('cluster-q1', result,
                          'Cinder handed q1 the connection')
         self.assertIn('error', result)
-        self.assertIn('lease lost during the grant', ''.join(
-            open(p).read() for p in glob.glob(os.path.join(
-                self.box.state, 'logs', 'cinder-volume-*.log'))))
+        self.assertIn('lease lost during the grant',
+                      self.box.volume_service_logs())
 
     def test_attachment_deleted_right_after_its_grant_keeps_none(self):
         """Cinder's own race, closed: a delete between a grant and its record.
@@ -866,10 +845,7 @@ class ClusterTestCase(testtools.TestCase):
                          'Cinder handed q1 the connection')
         self.assertEqual('available', self.box.volume(vol_id)['status'])
         waiting.wait_for(lambda: 'deleted before Cinder finished it; '
-                         'revoking the host' in ''.join(
-                             open(p).read() for p in glob.glob(os.path.join(
-                                 self.box.state, 'logs',
-                                 'cinder-volume-*.log'))),
+                         'revoking the host' in self.box.volume_service_logs(),
                          30, "the grant's watch to find the attachment gone")
         self.assertEqual({}, self.box.target_of(vol_id))
 
@@ -906,9 +882,8 @@ class ClusterTestCase(testtools.TestCase):
         self.assertEqual('available', self.box.volume(vol_id)['status'])
         self.assert_cut_off(vol_id, session)
         self.assertEqual({}, self.box.target_of(vol_id))
-        self.assertIn('lease lost during the re-export', ''.join(
-            open(p).read() for p in glob.glob(os.path.join(
-                self.box.state, 'logs', 'cinder-volume-*.log'))))
+        self.assertIn('lease lost during the re-export',
+                      self.box.volume_service_logs())
         self.assert_usable(vol_id)
 
     def test_lease_lost_during_a_refresh_grants_nothing_again(self):

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import urllib.error
@@ -118,6 +119,12 @@ class ClusterBox(object):
         return bool(rec) and process.is_alive(rec['pid'],
                                               rec['start_time'])
 
+    def kill(self, name):
+        """SIGKILL the box's process *name*; back once it is dead."""
+        os.kill(self.record(name)['pid'], signal.SIGKILL)
+        waiting.wait_for(lambda: not self.alive(name), 30,
+                         '%s to die' % name)
+
     def volume_services(self):
         return ['cinder-volume-1', 'cinder-volume-2']
 
@@ -161,6 +168,15 @@ class ClusterBox(object):
         waiting.wait_for(lambda: not self.alive(names[0]), timeout,
                          '%s (pid %d) to die' % (names[0], pid))
         return names[0]
+
+    def volume_service_logs(self):
+        """The volume services' logs, one text."""
+        text = []
+        for path in sorted(glob.glob(os.path.join(
+                self.state, 'logs', 'cinder-volume-*.log'))):
+            with open(path) as f:
+                text.append(f.read())
+        return ''.join(text)
 
     def volume_service_of(self, pid):
         """The volume service whose process tree runs *pid*."""
@@ -228,6 +244,12 @@ class ClusterBox(object):
         found = glob.glob(os.path.join(self.state, 'cinder', 'faults',
                                        'fired.*'))
         return int(found[0].rsplit('.', 1)[1]) if found else None
+
+    def paused_pid(self):
+        """The pid of the process a ``pause`` fault point holds."""
+        (paused,) = glob.glob(os.path.join(self.state, 'cinder', 'faults',
+                                           'paused.*'))
+        return int(paused.rsplit('.', 1)[1])
 
     # -- the API (noauth, admin) --------------------------------------------
 

@@ -20,16 +20,13 @@ import collections
 import concurrent.futures
 import contextlib
 import json
-import os
 import random
-import signal
 import threading
 import time
 
 from cinder_forcedetach.conformance import initiator
 from tests.support import cluster as tc
 from tests.support import history as hist
-from tests.support import waiting
 
 HOSTS = ['soak-h%d' % i for i in range(1, 5)]
 TRANSITIONS = ('attaching', 'detaching', 'reserved', 'creating', 'deleting')
@@ -287,17 +284,24 @@ class Soak(object):
                     self.box.disarm()
                     if fired is not None:
                         self.box.restart_dead(killed=fired)
-            end = self.history.now()
-            with self.lock:
-                self.fault_windows.append((start, end))
-            self.history.fault('kill -9', start, end, point=point,
-                               fired=fired is not None)
+            self.record_fault('kill -9', start, point=point,
+                              fired=fired is not None)
             with self.recorded('force_detach', vol_id):
                 res = self.box.manage('volume', 'force-detach', vol_id)
                 if res.returncode:
                     raise CliFailed(res.returncode)
         finally:
             self.crashing.release()
+
+    def record_fault(self, kind, start, **fields):
+        """A fault from *start* to now: in the history, and its window.
+
+        A call that failed with a 500 within the window is the fault's.
+        """
+        end = self.history.now()
+        with self.lock:
+            self.fault_windows.append((start, end))
+        self.history.fault(kind, start, end, **fields)
 
     def etcd_leader_down(self):
         """The etcd leader SIGKILLed while the calls go on (--faults).
@@ -315,16 +319,11 @@ class Soak(object):
             if leader is None:
                 return
             start = self.history.now()
-            os.kill(self.box.record(leader)['pid'], signal.SIGKILL)
-            waiting.wait_for(lambda: not self.box.alive(leader), 30,
-                             'etcd member %s to die' % leader)
+            self.box.kill(leader)
             time.sleep(self.rng.uniform(2, 8))
             self.box.up()
-            end = self.history.now()
-            with self.lock:
-                self.fault_windows.append((start, end))
-            self.history.fault('etcd leader kill -9', start, end,
-                               member=leader, fired=True)
+            self.record_fault('etcd leader kill -9', start, member=leader,
+                              fired=True)
         finally:
             self.crashing.release()
 
