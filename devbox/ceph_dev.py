@@ -226,6 +226,24 @@ class CephDev(object):
         out = self.admin('osd', 'blocklist', 'ls', '--format', 'json')
         return {e['addr'] for e in ceph_cluster.parse_json_prefix(out.stdout)}
 
+    def public_ports(self):
+        """The TCP ports clients reach the monitors and OSDs on.
+
+        What a host cut off from the storage network can no longer reach
+        (:mod:`devbox.partitions`).
+        """
+        from cinder_forcedetach.ceph import cluster as ceph_cluster
+        ports = set()
+        for kind, key in (('mon', 'mons'), ('osd', 'osds')):
+            out = self.admin(kind, 'dump', '--format', 'json')
+            if out.returncode:
+                raise CephDevError('ceph %s dump failed: %s' % (
+                    kind, out.stderr.strip()[-500:]))
+            for daemon in ceph_cluster.parse_json_prefix(out.stdout)[key]:
+                for addr in daemon['public_addrs']['addrvec']:
+                    ports.add(int(addr['addr'].rsplit(':', 1)[1]))
+        return sorted(ports)
+
     def connect(self, mount_timeout=None):
         """A connected ``rados.Rados`` as the Cinder user (shut it down)."""
         import rados

@@ -182,14 +182,16 @@ class RBDTestCase(base.CinderServicesTestCase):
             client.shutdown()
         return time.monotonic() - t0
 
-    def assert_fenced_cleanly(self, writer, volume_id, fence_returned):
+    def assert_fenced_cleanly(self, writer, volume_id, fence_returned,
+                              timeout=10):
         """The writer was fenced, cleanly.
 
         Its writes fail with errno 108 from the fence on, none is reported
         OK after the fence returned, and nothing it wrote after the fence
-        landed is in the image; everything acknowledged is.
+        landed is in the image; everything acknowledged is.  *timeout*:
+        how long its first failure may take.
         """
-        seq, err_no, name, _t = writer.wait_fenced()
+        seq, err_no, name, _t = writer.wait_fenced(timeout)
         writer.finish()
         self.assertEqual(('108', 'ConnectionShutdown'), (err_no, name),
                          writer.lines[-8:])

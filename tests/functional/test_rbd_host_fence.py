@@ -42,11 +42,18 @@ import time
 from cinder_forcedetach import attachments as fd_attachments
 from cinder_forcedetach.ceph import fencing
 from cinder_forcedetach import exception as fd_exception
+from devbox import partitions
 from tests.functional import test_rbd
 from tests.support import ceph
 
 HOST_IPS = ceph.HOST_IPS
+BLOCK = ceph.BLOCK
 connector_for = test_rbd.connector_for
+#: Where the evacuated volumes' new host writes (A writes from block 0).
+SUCCESSOR_BASE = 20000
+#: A cut-off client's connection resumes on TCP's next retransmission
+#: after the heal (exponential backoff): seconds here; wait well past.
+RECONNECT_WAIT = 60
 
 
 def tearDownModule():
@@ -63,9 +70,10 @@ class RBDHostFenceTestCase(test_rbd.RBDTestCase):
 
     # -- helpers --------------------------------------------------------------
 
-    def host_a(self, singles=4):
+    def host_a(self, singles=4, preexec_fn=None):
         """A's volumes: *singles* of its own, one shared with B.
 
+        A's writers start with *preexec_fn* (its partition's group).
         Returns ``(volume ids, {volume id: A's writer}, shared volume id,
         B's attachment, B's writer)``.
         """
@@ -74,13 +82,15 @@ class RBDHostFenceTestCase(test_rbd.RBDTestCase):
             vol_id = self.create_volume()['id']
             _att, info = self.attach(vol_id, 'compute1')
             ids.append(vol_id)
-            writers[vol_id] = self.writer(info, 'compute1', tag='A%d' % i)
+            writers[vol_id] = self.writer(info, 'compute1', tag='A%d' % i,
+                                          preexec_fn=preexec_fn)
         shared = self.create_volume(
             volume_type=self.multiattach_type())['id']
         _att_a, info_a = self.attach(shared, 'compute1')
         att_b, info_b = self.attach(shared, 'compute2')
         ids.append(shared)
-        writers[shared] = self.writer(info_a, 'compute1', tag='AS')
+        writers[shared] = self.writer(info_a, 'compute1', tag='AS',
+                                      preexec_fn=preexec_fn)
         b = self.writer(info_b, 'compute2', tag='B', base=10000)
         return ids, writers, shared, att_b, b
 
@@ -123,6 +133,25 @@ class RBDHostFenceTestCase(test_rbd.RBDTestCase):
             self.assertIsNone(fd_attachments.hosts_in_teardown(
                 self.db_volume(vol_id)))
 
+    def assert_held(self, writers, settle=3.0, watch=2.0):
+        """Every writer's write hangs: none acknowledged, none failed.
+
+        After *settle* seconds (a write sent before the cut may still be
+        acknowledged: only the writer's packets are dropped), none of them
+        advances for *watch* seconds more.
+        """
+        def read_for(seconds):
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                for writer in writers:
+                    writer.poll(0.05)
+        read_for(settle)
+        acknowledged = [len(w.oks()) for w in writers]
+        read_for(watch)
+        self.assertEqual(acknowledged, [len(w.oks()) for w in writers],
+                         'a writer of the cut-off host was acknowledged')
+        self.assertEqual([[]] * len(writers), [w.errs() for w in writers])
+
     # -- the cases ------------------------------------------------------------
 
     def test_fence_host_cuts_every_client_of_the_host_once(self):
@@ -161,6 +190,63 @@ class RBDHostFenceTestCase(test_rbd.RBDTestCase):
         for vol_id in ids:
             self.assertEqual(1, len(self.driver.list_fences(
                 self.db_volume(vol_id))))
+
+    def test_partitioned_host_fenced_while_writing_lands_nothing_after(self):
+        """A cut off from Ceph, alive and writing: fenced, evacuated, healed.
+
+        The evacuation case (a failed switch port, not a crash): A's
+        writers run in a cgroup of their own and the partition drops
+        everything they send to the monitors and OSDs
+        (:mod:`devbox.partitions`).  Each write hangs in librados, which
+        resends it once the network is back.  A is fenced while cut off,
+        its own volumes attach on compute2 and are written there; then
+        the partition heals.  A's held writes must be rejected (108) and
+        never land, while the new host's and B's writes go on.
+        """
+        parts = partitions.Partitions('rbd-host-fence-%d' % os.getpid())
+        self.addCleanup(parts.close)
+        group = partitions.group_dir(parts.name, 'compute1')
+        ids, writers, shared, att_b, b = self.host_a(
+            singles=3, preexec_fn=partitions.joiner(group))
+        singles = [v for v in ids if v != shared]
+
+        parts.cut('compute1', self.cluster.public_ports())
+        self.assert_held(list(writers.values()))
+        b.wait_oks(5)
+        held = {v: max(s for s, _t in w.oks()) + 1
+                for v, w in writers.items()}
+
+        report, returned = self.fence_a(ids)
+        self.assertEqual({}, report.failed)
+        self.assertEqual({v: [writers[v].addr] for v in ids}, report.done)
+        self.assert_only_a_detached(ids, shared, att_b)
+        successors = {}
+        for i, vol_id in enumerate(singles):
+            _att, info = self.attach(vol_id, 'compute2')
+            successors[vol_id] = self.writer(
+                info, 'compute2', tag='S%d' % i, base=SUCCESSOR_BASE)
+
+        parts.heal('compute1')
+        healed = time.time()
+        for vol_id in ids:
+            writer = writers[vol_id]
+            self.assert_fenced_cleanly(writer, vol_id, returned,
+                                       timeout=RECONNECT_WAIT)
+            self.assertEqual(held[vol_id], writer.errs()[0][0])
+            self.assertEqual(
+                [b'\0' * BLOCK],
+                self.read_blocks(vol_id, writer.base + held[vol_id], 1),
+                'the write A held across the cut landed after its fence')
+        for vol_id, successor in successors.items():
+            successor.wait_oks(5)
+            self.assertEqual([], successor.errs(), successor.lines[-8:])
+            last = max(s for s, _t in successor.oks())
+            self.assertEqual(
+                [ceph.block_for(successor.tag, last)],
+                self.read_blocks(vol_id, SUCCESSOR_BASE + last, 1))
+        self.assert_b_writes_on(shared, b, healed)
+        self.assertLessEqual({w.addr for w in writers.values()},
+                             self.cluster.blocklist())
 
     def test_cluster_unreachable_changes_no_row(self):
         ids, writers, shared, att_b, b = self.host_a(singles=2)

@@ -262,11 +262,14 @@ class Writer(object):
     """A subprocess holding an RBD image open and writing to it.
 
     With the bind shim it talks to Ceph from *bind_ip*, by default the
-    address *host*'s connector names (HOST_IPS).
+    address *host*'s connector names (HOST_IPS).  *preexec_fn* runs in
+    the child before it starts (a partition's group: it must be joined
+    before the first connection, :func:`devbox.partitions.joiner`).
     """
 
     def __init__(self, cluster, info, host, tag='A', base=0, count=100000,
-                 interval=0.02, mount_timeout=10, bind_ip=None):
+                 interval=0.02, mount_timeout=10, bind_ip=None,
+                 preexec_fn=None):
         hosts, ports = info['hosts'], info['ports']
         pool, image = info['name'].split('/', 1)
         self.tag, self.base = tag, base
@@ -284,7 +287,8 @@ class Writer(object):
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, '-c', WRITER, json.dumps(self.params)],
-            stdout=subprocess.PIPE, stderr=self.stderr, env=env)
+            stdout=subprocess.PIPE, stderr=self.stderr, env=env,
+            preexec_fn=preexec_fn)
         self.lines = []
         self._buf = b''
         self.addr = None
