@@ -35,9 +35,12 @@ its own (never written twice); every operation, write, observation and
 fault is recorded with its start and end; ``--faults`` adds faults to the
 schedule: a volume service SIGKILLed at a random step of a force-detach
 (then restarted, the force-detach run again), the leader of the 3-member
-etcd SIGKILLed (restarted 2-8 s later) and the operator's
-status-only reset of an in-use volume (Horizon's "Update Volume Status"),
-after which another host may be attached.  No volume is deleted.  At the
+etcd SIGKILLed (restarted 2-8 s later), a volume service cut off etcd,
+MariaDB, RabbitMQ or all three for 2-15 s (a force-detach that failed
+during any fault is run again through the CLI once it is over) and the
+operator's status-only reset of an in-use volume (Horizon's "Update
+Volume Status"), after which another host may be attached.  No volume is
+deleted.  At the
 end the history is written to FILE and checked against what landed on
 each volume: a write landing after its host was cut, two hosts writing a
 volume that is not multiattach, ``available`` with a target, an

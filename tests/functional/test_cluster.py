@@ -68,8 +68,6 @@ from hypothesis import stateful
 from hypothesis import strategies
 import testtools
 
-from devbox import partitions as devbox_partitions
-from devbox.services import cinder as cinder_service
 from devbox.services import etcd as etcd_service
 from tests.support import cluster
 from tests.support import cutoff
@@ -149,7 +147,6 @@ class ClusterTestCase(testtools.TestCase):
             self.box.restart_dead()
         self.sessions = []
         self.addCleanup(self._close_sessions)
-        self.partitions = None      # made by the first cut_service()
 
     def _close_sessions(self):
         for session in self.sessions:
@@ -622,18 +619,11 @@ class ClusterTestCase(testtools.TestCase):
     def cut_service(self, pid, *services):
         """Cut the volume service running *pid* off *services*; healer.
 
-        The box starts each volume service in a cgroup of its own; what
-        that group sends to those services' ports is dropped
-        (:mod:`devbox.partitions`): connections hang, nothing is refused.
-        Healed at cleanup if the test did not.
+        See :meth:`ClusterBox.cut`.  Healed at cleanup if the test did not.
         """
-        name = self.box.volume_service_of(pid)
-        if self.partitions is None:
-            self.partitions = devbox_partitions.Partitions(
-                cinder_service.group_tag(self.box.state))
-            self.addCleanup(self.partitions.close)
-        self.partitions.cut(name, self.box.service_ports(*services))
-        return lambda: self.partitions.heal(name)
+        heal = self.box.cut(self.box.volume_service_of(pid), *services)
+        self.addCleanup(heal)
+        return heal
 
     def etcd_client(self):
         return etcd3gw.client(host=self.box.info['host'],
@@ -1078,8 +1068,11 @@ class ClusterTestCase(testtools.TestCase):
         :data:`HISTORY_MINUTES`: attach (four hosts), attachment delete,
         os-force_detach, the CLI's force-detach, a volume service SIGKILLed
         mid force-detach (restarted, the force-detach run again), the etcd
-        leader SIGKILLed (restarted 2-8 s later), the operator's
-        status-only reset of an in-use volume; two operations a
+        leader SIGKILLed (restarted 2-8 s later), a volume service cut off
+        etcd, MariaDB, RabbitMQ or all three for 2-15 s (a force-detach a
+        fault made fail is run again once it is over, as an operator
+        would), the operator's status-only reset of an in-use volume;
+        two operations a
         second over four volumes (two multiattach).  Every attached host's
         initiator writes a block of its own every ~0.2 s, cut or not.  The
         checker (:mod:`tests.support.history`) then reads the history and
@@ -1087,7 +1080,7 @@ class ClusterTestCase(testtools.TestCase):
         writer on a volume that is not multiattach, never ``available``
         with a target, no attachment lost or unknown.  The run must have
         had something to judge: writes landed, writes refused after a
-        cut, both kinds of kill -9 fired.
+        cut, both kinds of kill -9 and a partition fired.
         """
         # Outside the box's directory, which goes with the box: kept for a
         # look when the test fails.
@@ -1107,7 +1100,8 @@ class ClusterTestCase(testtools.TestCase):
                             for w in writes), 'no write was ever refused')
         fired = {e['kind'] for e in events
                  if e['type'] == 'fault' and e['fired']}
-        self.assertEqual({'kill -9', 'etcd leader kill -9'}, fired)
+        self.assertEqual({'kill -9', 'etcd leader kill -9', 'partition'},
+                         fired)
         self.assertTrue(any(e['type'] == 'op' and e['kind'] ==
                             'reset_status' for e in events))
         os.unlink(path)

@@ -30,7 +30,9 @@ import urllib.error
 import urllib.request
 
 from cinder_forcedetach.conformance import initiator
+from devbox import partitions as devbox_partitions
 from devbox import process
+from devbox.services import cinder as cinder_service
 from devbox.services import etcd as etcd_service
 from devbox.services import tgtd
 from tests import fakes
@@ -83,6 +85,7 @@ class ClusterBox(object):
                                   if os.environ.get('PYTHONPATH') else ''),
         })
         self.outputs = []
+        self.partitions = None      # made by the first cut()
 
     def stack(self, *args, timeout=900, env=None):
         res = subprocess.run([STACK_SH] + list(args),
@@ -102,6 +105,8 @@ class ClusterBox(object):
         return res
 
     def down(self):
+        if self.partitions is not None:
+            self.partitions.close()
         self.stack('down', timeout=300)
         shutil.rmtree(self.state, ignore_errors=True)
 
@@ -197,6 +202,20 @@ class ClusterBox(object):
         keys = {'etcd': 'etcd_port', 'db': 'db_port',
                 'rabbitmq': 'rabbit_port'}
         return [self.info[keys[s]] for s in services]
+
+    def cut(self, name, *services):
+        """Cut volume service *name* off *services*; returns its healer.
+
+        The box starts each volume service in a cgroup of its own; what
+        that group sends to those services' ports is dropped
+        (:mod:`devbox.partitions`): connections hang, nothing is refused.
+        Healing twice is healing once.
+        """
+        if self.partitions is None:
+            self.partitions = devbox_partitions.Partitions(
+                cinder_service.group_tag(self.state))
+        self.partitions.cut(name, self.service_ports(*services))
+        return lambda: self.partitions.heal(name)
 
     # -- etcd (3 members behind a gateway) ---------------------------------
 

@@ -45,6 +45,11 @@ ANSWERED = (initiator.Outcome.WROTE, initiator.Outcome.IO_ERROR,
 KILL_POINTS = ('after:ResolveAttachmentsTask', 'after:RecordTeardownTask',
                'after:RevokeHostAccessTask', 'after:RemoveExportTask',
                'after:terminate_connection')
+#: What a partition cuts a volume service off (--faults): the lock
+#: service, the database, the message broker, or all three.
+CUTS = (('etcd',), ('db',), ('rabbitmq',), ('etcd', 'db', 'rabbitmq'))
+#: How long a partition holds (seconds): the lock's 10 s lease lies inside.
+CUT_SECONDS = (2, 15)
 
 
 class Writer(threading.Thread):
@@ -327,6 +332,44 @@ class Soak(object):
         finally:
             self.crashing.release()
 
+    def partition(self):
+        """A volume service cut off etcd, MariaDB, RabbitMQ or all (--faults).
+
+        Whatever it is doing: the calls go on at their rate and those it
+        serves hang.  Held 2-15 s (past the lock's lease or not), then
+        healed.  One fault at a time (with :meth:`crash`).
+        """
+        if not self.crashing.acquire(blocking=False):
+            return
+        try:
+            name = self.rng.choice(self.box.volume_services())
+            cut = self.rng.choice(CUTS)
+            start = self.history.now()
+            heal = self.box.cut(name, *cut)
+            try:
+                time.sleep(self.rng.uniform(*CUT_SECONDS))
+            finally:
+                heal()
+            self.record_fault('partition', start, service=name,
+                              cut='+'.join(cut), fired=True)
+        finally:
+            self.crashing.release()
+
+    def run_again(self, vol_id):
+        """The operator's re-run of a force-detach a fault made fail.
+
+        Once the fault is over, through the CLI: a flow that stopped
+        half-way (its service killed, or its lock's lease lost) left what
+        it tore down torn down and Cinder's rows as they were; the re-run
+        converges.
+        """
+        with self.crashing:
+            pass            # the fault is over
+        with self.recorded('force_detach', vol_id):
+            res = self.box.manage('volume', 'force-detach', vol_id)
+        if res.returncode:
+            raise CliFailed(res.returncode)
+
     def force_detach_cli(self):
         """The CLI: every host, or one host when several are attached."""
         vol_id = self.pick()
@@ -360,10 +403,11 @@ class Soak(object):
     #: With a history: no churn (a deleted volume's writes cannot be read).
     HISTORY_OPERATIONS = (('attach', 40), ('delete_attachment', 25),
                           ('force_detach_api', 15), ('force_detach_cli', 10))
-    FAULTS = (('crash', 2), ('reset_status', 4), ('etcd_leader_down', 1))
+    FAULTS = (('crash', 2), ('reset_status', 4), ('etcd_leader_down', 1),
+              ('partition', 2))
 
     def in_fault(self, start):
-        """Whether a kill -9 was under way since *start*."""
+        """Whether a fault was under way since *start*."""
         with self.lock:
             return self.crashing.locked() or any(
                 end > start for _s, end in self.fault_windows)
@@ -372,21 +416,7 @@ class Soak(object):
         self.local.picked = []
         start = time.monotonic()
         try:
-            getattr(self, name)()
-        except tc.ApiError as err:
-            # The whole body: the refusal comes after 160 characters.
-            refused = getattr(err, 'refused', False) or any(
-                reason in err.body for reason in REFUSALS)
-            killed = err.status >= 500 and not refused and \
-                self.in_fault(start)
-            with self.lock:
-                self.errors['%s %s%s' % (
-                    name, err.status, ' refused' if refused else
-                    ' during a kill -9' if killed else '')] += 1
-                if err.status >= 500 and not refused and not killed:
-                    self.http500 += 1
-                    print('500 on %s: %s' % (name, tc.reason_of(err.body)),
-                          flush=True)
+            self.attempt(name, start)
         except CliFailed as err:
             with self.lock:
                 self.errors['%s exit %d' % (name, err.code)] += 1
@@ -397,6 +427,36 @@ class Soak(object):
             self.ops += 1
             for vol_id in self.local.picked:
                 self.busy[vol_id] -= 1
+
+    def attempt(self, name, start):
+        """Operation *name*; a force-detach a fault made fail runs again.
+
+        An API error is counted by kind: a refusal of a call that raced
+        another, a 500 while a fault ran (the fault's), or a 500 (a
+        finding).
+        """
+        try:
+            getattr(self, name)()
+        except (tc.ApiError, CliFailed) as err:
+            api = isinstance(err, tc.ApiError)
+            # The whole body: the refusal comes after 160 characters.
+            refused = api and (getattr(err, 'refused', False) or any(
+                reason in err.body for reason in REFUSALS))
+            faulted = not refused and self.in_fault(start) and (
+                not api or err.status >= 500)
+            if api:
+                with self.lock:
+                    self.errors['%s %s%s' % (
+                        name, err.status, ' refused' if refused else
+                        ' during a fault' if faulted else '')] += 1
+                    if err.status >= 500 and not refused and not faulted:
+                        self.http500 += 1
+                        print('500 on %s: %s' % (
+                            name, tc.reason_of(err.body)), flush=True)
+            if faulted and name.startswith('force_detach'):
+                self.run_again(self.local.picked[0])
+            if not api:
+                raise
 
     # -- the invariant --------------------------------------------------------
 

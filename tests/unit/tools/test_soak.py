@@ -179,3 +179,95 @@ class EtcdLeaderDownTestCase(testtools.TestCase):
         with self.run.crashing:
             self.run.etcd_leader_down()
         self.kill.assert_not_called()
+
+
+class PartitionTestCase(testtools.TestCase):
+    """A volume service cut off and healed, as a fault of the history."""
+
+    def setUp(self):
+        super(PartitionTestCase, self).setUp()
+        self.sleep = self.useFixture(fixtures.MockPatch(
+            'tests.support.soak.time.sleep')).mock
+        self.box = mock.Mock()
+        self.box.volume_services.return_value = ['cinder-volume-1',
+                                                 'cinder-volume-2']
+        self.heal = self.box.cut.return_value
+        self.run = soak.Soak(self.box, argparse.Namespace(
+            seed=1, history='h.jsonl'))
+
+    def test_cut_held_healed_and_recorded(self):
+        self.run.partition()
+        ((name, *cut), _kw) = self.box.cut.call_args
+        self.assertIn(name, self.box.volume_services.return_value)
+        self.assertIn(tuple(cut), soak.CUTS)
+        (held,), _kw = self.sleep.call_args
+        self.assertTrue(soak.CUT_SECONDS[0] <= held <= soak.CUT_SECONDS[1])
+        self.heal.assert_called_once_with()
+        (fault,) = [e for e in self.run.history.events
+                    if e['type'] == 'fault']
+        self.assertEqual(('partition', name, '+'.join(cut), True),
+                         (fault['kind'], fault['service'], fault['cut'],
+                          fault['fired']))
+        self.assertEqual([(fault['start'], fault['end'])],
+                         self.run.fault_windows)
+        self.assertFalse(self.run.crashing.locked())
+
+    def test_healed_when_the_hold_is_interrupted(self):
+        self.sleep.side_effect = KeyboardInterrupt
+        self.assertRaises(KeyboardInterrupt, self.run.partition)
+        self.heal.assert_called_once_with()
+        self.assertFalse(self.run.crashing.locked())
+
+    def test_one_fault_at_a_time(self):
+        with self.run.crashing:
+            self.run.partition()
+        self.box.cut.assert_not_called()
+
+
+class RunAgainTestCase(testtools.TestCase):
+    """A force-detach a fault made fail is run again once it is over."""
+
+    def run_once(self, name, answer, in_fault):
+        box = FakeBox(['a1'], answer)
+        box.manage = mock.Mock(return_value=mock.Mock(returncode=0))
+        run = soak.Soak(box, argparse.Namespace(seed=1, history=None))
+        run.volumes = {'v1': False}
+        run.hosts = {'a1': 'soak-h1'}
+        if in_fault:
+            run.fault_windows.append((0.0, float('inf')))
+        self.useFixture(fixtures.MockPatch('sys.stdout', io.StringIO()))
+        run.one(name)
+        return run, box
+
+    def test_api_500_during_a_fault_runs_again(self):
+        run, box = self.run_once('force_detach_api',
+                                 api_error(500, 'LockLost'), in_fault=True)
+        box.manage.assert_called_once_with('volume', 'force-detach', 'v1')
+        self.assertEqual((0, {'force_detach_api 500 during a fault': 1}),
+                         (run.http500, dict(run.errors)))
+
+    def test_cli_failure_during_a_fault_runs_again(self):
+        box = FakeBox(['a1'])
+        box.manage = mock.Mock(side_effect=[
+            mock.Mock(returncode=1, stderr='LockLost'),
+            mock.Mock(returncode=0)])
+        run = soak.Soak(box, argparse.Namespace(seed=1, history=None))
+        run.volumes, run.hosts = {'v1': False}, {'a1': 'soak-h1'}
+        run.fault_windows.append((0.0, float('inf')))
+        self.useFixture(fixtures.MockPatch('sys.stdout', io.StringIO()))
+        run.one('force_detach_cli')
+        self.assertEqual([mock.call('volume', 'force-detach', 'v1')] * 2,
+                         box.manage.call_args_list)
+        self.assertEqual({'force_detach_cli exit 1': 1}, dict(run.errors))
+
+    def test_no_fault_no_rerun(self):
+        run, box = self.run_once('force_detach_api',
+                                 api_error(500, 'LockLost'), in_fault=False)
+        box.manage.assert_not_called()
+        self.assertEqual(1, run.http500)
+
+    def test_an_attach_failed_in_a_fault_is_not_run_again(self):
+        run, box = self.run_once('attach', api_error(500, 'LockLost'),
+                                 in_fault=True)
+        box.manage.assert_not_called()
+        self.assertEqual({'attach 500 during a fault': 1}, dict(run.errors))
