@@ -238,6 +238,7 @@ class Soak(object):
         with self.lock:
             multiattach = self.volumes.get(vol_id)
         att_id, connector = self.named_host(vol_id)
+        self.local.rerun = detach_args(vol_id, att_id, connector)
         body = {'attachment_id': att_id, 'connector': connector} \
             if att_id else {}
         with self.recorded('force_detach', vol_id,
@@ -292,7 +293,7 @@ class Soak(object):
             self.record_fault('kill -9', start, point=point,
                               fired=fired is not None)
             with self.recorded('force_detach', vol_id):
-                res = self.box.manage('volume', 'force-detach', vol_id)
+                res = self.box.manage(*detach_args(vol_id))
                 if res.returncode:
                     raise CliFailed(res.returncode)
         finally:
@@ -355,29 +356,28 @@ class Soak(object):
         finally:
             self.crashing.release()
 
-    def run_again(self, vol_id):
+    def run_again(self):
         """The operator's re-run of a force-detach a fault made fail.
 
-        Once the fault is over, through the CLI: a flow that stopped
-        half-way (its service killed, or its lock's lease lost) left what
-        it tore down torn down and Cinder's rows as they were; the re-run
-        converges.
+        Once the fault is over, through the CLI, of the same host (or of
+        every host): a flow that stopped half-way (its service killed, or
+        its lock's lease lost) left what it tore down torn down and
+        Cinder's rows as they were; the re-run converges.
         """
         with self.crashing:
             pass            # the fault is over
-        with self.recorded('force_detach', vol_id):
-            res = self.box.manage('volume', 'force-detach', vol_id)
+        args = self.local.rerun
+        with self.recorded('force_detach', args[2]):
+            res = self.box.manage(*args)
         if res.returncode:
             raise CliFailed(res.returncode)
 
     def force_detach_cli(self):
         """The CLI: every host, or one host when several are attached."""
         vol_id = self.pick()
-        args = ['volume', 'force-detach', vol_id]
         att_id, connector = self.named_host(vol_id)
-        if att_id:
-            args += ['--attachment', att_id, '--connector',
-                     json.dumps(connector)]
+        args = detach_args(vol_id, att_id, connector, every=False)
+        self.local.rerun = detach_args(vol_id, att_id, connector)
         with self.recorded('force_detach', vol_id, attachment=att_id):
             res = self.box.manage(*args)
         if res.returncode:
@@ -454,7 +454,7 @@ class Soak(object):
                         print('500 on %s: %s' % (
                             name, tc.reason_of(err.body)), flush=True)
             if faulted and name.startswith('force_detach'):
-                self.run_again(self.local.picked[0])
+                self.run_again()
             if not api:
                 raise
 
@@ -591,6 +591,19 @@ class Soak(object):
                     self.args.history, len(events), len(writes),
                     sum(len(v) for v in self.landed.values()),
                     sum(e['type'] == 'fault' for e in events), len(found)))
+
+
+def detach_args(vol_id, att_id=None, connector=None, every=True):
+    """The CLI's force-detach of the host named, else of every host.
+
+    *every*: say so (``--all-hosts``), which a volume with several
+    attachments needs; without it the CLI refuses such a volume.
+    """
+    args = ['volume', 'force-detach', vol_id]
+    if att_id:
+        return args + ['--attachment', att_id, '--connector',
+                       json.dumps(connector)]
+    return args + ['--all-hosts'] if every else args
 
 
 def landed_slots(data, slots):

@@ -242,7 +242,8 @@ class RunAgainTestCase(testtools.TestCase):
     def test_api_500_during_a_fault_runs_again(self):
         run, box = self.run_once('force_detach_api',
                                  api_error(500, 'LockLost'), in_fault=True)
-        box.manage.assert_called_once_with('volume', 'force-detach', 'v1')
+        box.manage.assert_called_once_with('volume', 'force-detach', 'v1',
+                                           '--all-hosts')
         self.assertEqual((0, {'force_detach_api 500 during a fault': 1}),
                          (run.http500, dict(run.errors)))
 
@@ -256,9 +257,26 @@ class RunAgainTestCase(testtools.TestCase):
         run.fault_windows.append((0.0, float('inf')))
         self.useFixture(fixtures.MockPatch('sys.stdout', io.StringIO()))
         run.one('force_detach_cli')
-        self.assertEqual([mock.call('volume', 'force-detach', 'v1')] * 2,
+        self.assertEqual([mock.call('volume', 'force-detach', 'v1'),
+                          mock.call('volume', 'force-detach', 'v1',
+                                    '--all-hosts')],
                          box.manage.call_args_list)
         self.assertEqual({'force_detach_cli exit 1': 1}, dict(run.errors))
+
+    def test_the_host_named_is_the_host_run_again(self):
+        box = FakeBox(['a1', 'a2'], api_error(500, 'LockLost'))
+        box.manage = mock.Mock(return_value=mock.Mock(returncode=0))
+        run = soak.Soak(box, argparse.Namespace(seed=1, history=None))
+        run.volumes = {'v1': True}
+        run.hosts = {'a1': 'soak-h1', 'a2': 'soak-h2'}
+        run.fault_windows.append((0.0, float('inf')))
+        self.useFixture(fixtures.MockPatch('sys.stdout', io.StringIO()))
+        run.one('force_detach_api')
+        body = box.calls[0][2]['os-force_detach']
+        box.manage.assert_called_once_with(
+            'volume', 'force-detach', 'v1', '--attachment',
+            body['attachment_id'], '--connector',
+            json.dumps(body['connector']))
 
     def test_no_fault_no_rerun(self):
         run, box = self.run_once('force_detach_api',
