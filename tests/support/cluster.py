@@ -165,14 +165,10 @@ class ClusterBox(object):
         :meth:`alive` (and to ``up``) until the kernel has torn it down,
         which on a loaded machine takes a while.  Returns its name.
         """
-        names = [n for n in self.volume_services()
-                 if (self.record(n) or {}).get('pid') == pid]
-        if not names:
-            raise AssertionError('fired pid %d is no volume service of the '
-                                 'box' % pid)
-        waiting.wait_for(lambda: not self.alive(names[0]), timeout,
-                         '%s (pid %d) to die' % (names[0], pid))
-        return names[0]
+        name = self.volume_service_of(pid)
+        waiting.wait_for(lambda: not self.alive(name), timeout,
+                         '%s (pid %d) to die' % (name, pid))
+        return name
 
     def volume_service_logs(self):
         """The volume services' logs, one text."""
