@@ -13,9 +13,11 @@
 """The ML2 mechanism driver ``box_fake`` of the box's real Neutron.
 
 The box runs no L2 agent, and no upstream driver binds a port without
-one.  This one binds every port on any host as an OVS port, active at
-once, which is what Nova's fake virt driver needs (it plugs nothing).
-Networks, subnets, routers, ports and security groups are real Neutron's.
+one.  This one binds every port on any host as a tap port, active at
+once: Nova's fake virt driver plugs nothing, and Nova's libvirt driver
+makes the tap device itself (``plug_tap``: no Open vSwitch here) and
+gives it to qemu; no packet goes further.  Networks, subnets, routers,
+ports and security groups are real Neutron's.
 """
 
 from neutron_lib.api.definitions import portbindings
@@ -24,7 +26,7 @@ from neutron_lib.plugins.ml2 import api
 
 
 class BoxMechanismDriver(api.MechanismDriver):
-    """Bind every port, on any host, as an active OVS port."""
+    """Bind every port, on any host, as an active tap port."""
 
     def initialize(self):
         pass
@@ -35,7 +37,7 @@ class BoxMechanismDriver(api.MechanismDriver):
 
     def bind_port(self, context):
         for segment in context.segments_to_bind:
-            context.set_binding(segment[api.ID], portbindings.VIF_TYPE_OVS,
+            context.set_binding(segment[api.ID], portbindings.VIF_TYPE_TAP,
                                 {portbindings.CAP_PORT_FILTER: False},
                                 status=constants.PORT_STATUS_ACTIVE)
             return

@@ -236,8 +236,10 @@ if [ $fast = 0 ] && [ -f tools/run_tempest.py ]; then
         tempest="; tempest: not run"
     else
         echo "== tempest started (volume and compute volume tests on the" \
-             "--nova box: once on our tgt driver, once on our RBD driver);" \
-             "it runs beside the functional tests and the benchmarks"
+             "--nova box: once on our tgt driver, once on our RBD driver;" \
+             "the compute volume tests again on Nova's libvirt driver with" \
+             "qemu guests, on our RBD driver); it runs beside the" \
+             "functional tests and the benchmarks"
         t_tempest=$SECONDS
         nice -n 10 python tools/run_tempest.py > "$work/tempest.out" 2>&1 &
         tempest_pid=$!

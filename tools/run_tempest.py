@@ -13,24 +13,29 @@
 """Real tempest against the box: the volume API tests on our drivers.
 
 ``tempest.api.volume``, ``cinder_tempest_plugin.api.volume`` and
-``tempest.api.compute.volumes``.
+``tempest.api.compute.volumes`` on Nova's fake virt driver, one box on
+our tgt driver and one on our RBD driver; and ``tempest.api.compute.volumes``
+again on Nova's libvirt driver (the ``libvirt`` run: qemu TCG guests booted
+from the box's image, our RBD volumes attached as qemu's own librbd disks).
 
-Starts ``tools/stack.sh up --nova`` (Keystone, Glance, MariaDB, Nova on
-its fake virt driver, placement, Neutron without agents) in its own
-state directory (unless ``--state-dir`` names such a running box),
-uploads two small raw images through Glance, writes a tempest workspace
-there (``tempest init``, a ``tempest.conf`` made from the box: the admin
-account for dynamic credentials, the catalog, the images and the box's
-flavors, Neutron and validation off), and runs::
+Each run starts ``tools/stack.sh up --nova`` (Keystone, Glance, MariaDB,
+Nova, placement, Neutron without agents) in its own state directory
+(unless ``--state-dir`` names such a running box), uploads two small raw
+images through Glance (the libvirt run uses the box's own image), writes a
+tempest workspace there (``tempest init``, a ``tempest.conf`` made from
+the box: the admin account for dynamic credentials, the catalog, the
+images and the box's flavors, Neutron and validation off), and runs::
 
     tempest run --regex '^(tempest|cinder_tempest_plugin)\\.api\\.volume|
                          ^tempest\\.api\\.compute\\.volumes'
         --exclude-list tools/tempest-exclude.txt
 
+(the libvirt run: ``--regex '^tempest\\.api\\.compute\\.volumes'``).
 Every excluded test is listed with its reason in
 ``tools/tempest-exclude.txt``, every test tempest skips in
-``tools/tempest-skips.txt`` with the run (``tgt``, ``rbd`` or ``both``)
-that skips it.  Prints tempest's summary and one line::
+``tools/tempest-skips.txt`` with the runs (``tgt``, ``rbd``, ``libvirt``,
+``both`` for the first two, ``all``) that skip it.  Prints tempest's
+summary and one line::
 
     tempest: ran N, passed P, skipped S, failed F (SECONDS s)
 
@@ -38,8 +43,8 @@ in which a class tempest skips as a whole (its ``setUpClass`` skipped,
 one entry in tempest's own summary) counts as the tests of that class
 (``tempest run --list-tests`` with the run's regex and exclude list).
 Exits 0 only with no failure, no skip the list does not give for that
-run's backend and, with the default regex, no listed skip that a run it
-names did not produce.  The box is stopped at the end unless ``--keep``
+run and, with the default regexes, no listed skip that a run it names did
+not produce.  The box is stopped at the end unless ``--keep``
 (or ``--state-dir`` was given).
 
 The workers are balanced by each test's time in an earlier run
@@ -89,27 +94,37 @@ PROBLEMS = []
 SKIP_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?)(?:\[\S*\])?)'
                        r'(?: \[[\d.]+s\])? \.\.\. SKIPPED', re.MULTILINE)
 # The runs a line of tools/tempest-skips.txt can name.
-BACKENDS = ('tgt', 'rbd')
-SKIP_RUNS = {'tgt': frozenset(['tgt']), 'rbd': frozenset(['rbd']),
-             'both': frozenset(BACKENDS)}
+BACKENDS = ('tgt', 'rbd', 'libvirt')
+SKIP_RUNS = dict({run: frozenset([run]) for run in BACKENDS},
+                 both=frozenset(['tgt', 'rbd']), all=frozenset(BACKENDS))
 FAILED_LINE = re.compile(r'^\{\d+\} (?:setUpClass \((\S+)\)|(\S+?))'
                          r'(?:\[\S*\])?(?: \[[\d.]+s\])? \.\.\. FAILED',
                          re.MULTILINE)
 # A passed test's line in tempest's output (subunit-trace drops the tags).
 PASSED_LINE = re.compile(
     r'^\{\d+\} (\S+?)(?:\[\S*\])? \[([\d.]+)s\] \.\.\. ok$', re.MULTILINE)
-DEFAULT_BACKENDS = 'tgt,rbd'
+DEFAULT_BACKENDS = 'tgt,rbd,libvirt'
 # The tgt box has two tgt backends: multi-backend and retype with
 # migration (a file copy between the two stores) run there.
 BOX_BACKENDS = {'tgt': 'tgt,tgt2'}
 DEFAULT_REGEX = (r'^(tempest|cinder_tempest_plugin)\.api\.volume|'
                  r'^tempest\.api\.compute\.volumes')
+# The libvirt run: the tests that boot guests and attach volumes to them
+# (its guests run under TCG; the volume API tests ran on the fake driver).
+REGEXES = {'libvirt': r'^tempest\.api\.compute\.volumes'}
 
 
 def box_env(state, backend):
-    """A fresh --nova box on free loopback ports, on *backend*."""
-    env = fakes.box_env(state, nova=True, ceph=backend == 'rbd')
-    env['STACK_BACKENDS'] = BOX_BACKENDS.get(backend, backend)
+    """A fresh --nova box on free loopback ports, for run *backend*.
+
+    ``libvirt``: Nova's libvirt driver on our RBD driver.
+    """
+    libvirt = backend == 'libvirt'
+    env = fakes.box_env(state, nova=True, ceph=backend in ('rbd', 'libvirt'))
+    env['STACK_BACKENDS'] = 'rbd' if libvirt else BOX_BACKENDS.get(backend,
+                                                                   backend)
+    if libvirt:
+        env['STACK_VIRT'] = 'libvirt'
     # main() ran the install step once (tools/stack.sh install).
     env['STACK_SKIP_INSTALL'] = '1'
     if backend == 'rbd':
@@ -123,6 +138,21 @@ def upload_image(box):
     """A public 1 MiB raw image in the box's Glance, as the admin."""
     return box.service('glance-api').upload(
         box.ctx, 'cfd-tempest', os.urandom(1 << 20), visibility='public')
+
+
+def images(box, backend):
+    """(image_ref, image_ref_alt) for run *backend*.
+
+    The libvirt run boots guests: the box's own image (public; its kernel
+    and initramfs are images of their own), both times.  Nova's fake
+    driver boots nothing: two images of random bytes.
+    """
+    if backend == 'libvirt':
+        found = box.http_json(
+            box.service('glance-api').url(box.info) + '/v2/images?name=' +
+            nova.IMAGE, 'GET')['images']
+        return found[0]['id'], found[0]['id']
+    return upload_image(box), upload_image(box)
 
 
 def write_conf(state, workspace, image_id, image_alt_id):
@@ -207,19 +237,23 @@ def summary(output):
 def parse_skips(lines, path=SKIPS):
     """``{id: (runs, reason)}`` from ``tools/tempest-skips.txt``'s *lines*.
 
-    A line is ``<test or class id> | tgt|rbd|both | <reason>``; *runs* is
-    the frozenset of backends (``tgt``, ``rbd``) whose run skips it.
+    A line is ``<test or class id> | <runs> | <reason>``, *runs* one of
+    :data:`SKIP_RUNS` or a comma list of runs; *runs* is the frozenset of
+    the runs (``tgt``, ``rbd``, ``libvirt``) that skip it.
     Blank lines and ``#`` comments are skipped; a line without the three
     fields, another run name, an empty reason or an id listed twice is a
     ValueError naming *path* and the line.
     """
     skips = {}
     for where, test_id, run, reason in id_lists.read_id_lines(
-            lines, path, '<id> | tgt|rbd|both | <reason>'):
-        if run not in SKIP_RUNS:
+            lines, path, '<id> | <runs> | <reason>'):
+        names = [name.strip() for name in run.split(',')]
+        unknown = [name for name in names if name not in SKIP_RUNS]
+        if unknown:
             raise ValueError('%s: %s: the run is one of %s, not %r' % (
-                where, test_id, ', '.join(sorted(SKIP_RUNS)), run))
-        skips[test_id] = (SKIP_RUNS[run], reason)
+                where, test_id, ', '.join(sorted(SKIP_RUNS)), unknown[0]))
+        skips[test_id] = (frozenset().union(*(SKIP_RUNS[name]
+                                              for name in names)), reason)
     return skips
 
 
@@ -320,9 +354,11 @@ def list_tests(workspace, conf, regex, env, venv_bin):
 
 
 def box_backend(state):
-    """``rbd`` or ``tgt``: the run a running box in *state* makes."""
+    """``libvirt``, ``rbd`` or ``tgt``: the run a box in *state* makes."""
     with open(os.path.join(state, 'stack.json')) as f:
         info = json.load(f)
+    if info.get('virt') == 'libvirt':
+        return 'libvirt'
     return ('rbd' if all(driver == cinder.RBD_DRIVER
                          for _name, driver in info['backends']) else 'tgt')
 
@@ -440,14 +476,13 @@ def run_one(args, backend, state_dir=None):
                             workspace], check=True, capture_output=True)
         box = stack_mod.Stack(stack_mod.Settings(argparse.Namespace(
             state_dir=state)))
-        conf = write_conf(state, workspace, upload_image(box),
-                          upload_image(box))
+        conf = write_conf(state, workspace, *images(box, backend))
         run_env = dict(env, PATH=venv_bin + ':' + env['PATH'])
+        regex = args.regex or REGEXES.get(backend, DEFAULT_REGEX)
         listed = None
         times = read_times(backend)
         if times:
-            listed = list_tests(workspace, conf, args.regex, run_env,
-                                venv_bin)
+            listed = list_tests(workspace, conf, regex, run_env, venv_bin)
             seeded = seed_times(workspace, listed or [], times, run_env,
                                 venv_bin)
             report.append('tempest[%s]: workers balanced by the times of '
@@ -457,7 +492,7 @@ def run_one(args, backend, state_dir=None):
         started = time.monotonic()
         run = subprocess.run(
             [os.path.join(venv_bin, 'tempest'), 'run', '--config-file', conf,
-             '--regex', args.regex, '--exclude-list', EXCLUDE,
+             '--regex', regex, '--exclude-list', EXCLUDE,
              '--concurrency', str(args.concurrency)],
             cwd=workspace, env=run_env, capture_output=True, text=True)
         seconds = time.monotonic() - started
@@ -472,8 +507,8 @@ def run_one(args, backend, state_dir=None):
         if skipped_classes:
             # Tempest reports a class skipped in its setUpClass once, and
             # none of its tests: count them from the run's own selection.
-            listed = listed or list_tests(workspace, conf, args.regex,
-                                          run_env, venv_bin)
+            listed = listed or list_tests(workspace, conf, regex, run_env,
+                                          venv_bin)
             if listed is None:
                 report.append('tempest[%s]: tempest run --list-tests '
                               'failed: each class skip counted as 1'
@@ -515,10 +550,13 @@ def run_one(args, backend, state_dir=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='tools/run_tempest.py')
-    parser.add_argument('--regex', default=DEFAULT_REGEX)
+    parser.add_argument('--regex', default=None,
+                        help='the tests of every run (default: each run\'s '
+                             'own, DEFAULT_REGEX or REGEXES)')
     parser.add_argument('--concurrency', type=int, default=2)
     parser.add_argument('--backends', default=DEFAULT_BACKENDS,
-                        help='one box and one run per backend [tgt,rbd]')
+                        help='one box and one run per backend '
+                             '[tgt,rbd,libvirt]')
     parser.add_argument('--state-dir', help='a running --nova box (its '
                         'backends; --backends is then ignored)')
     parser.add_argument('--keep', action='store_true')
@@ -551,7 +589,7 @@ def main(argv=None):
     total = [sum(r[i] for r in runs) for i in range(4)] + [
         time.monotonic() - started]
     unproduced = []
-    if args.regex == DEFAULT_REGEX:
+    if args.regex is None:
         # Only runs that ran: a box that did not come up failed already.
         unproduced = unproduced_skips(skips, {
             backend: run[6] for backend, run in zip(backends, runs)

@@ -350,7 +350,10 @@ class Nova(base.Service):
                     'ram': ram, 'disk': disk}})
 
     def _ensure_image(self, ctx):
-        """A small raw image to make bootable volumes from."""
+        """A small raw image to make bootable volumes from.
+
+        Public, as devstack's cirros: a project tempest makes boots it too.
+        """
         glance = ctx.service('glance-api')
         found = ctx.http_json(glance.url(ctx.info) + '/v2/images?name=' +
                               IMAGE, 'GET')['images']
@@ -371,9 +374,11 @@ class Nova(base.Service):
                 with open(path, 'rb') as f:
                     ids[key] = glance.upload(
                         ctx, '%s-%s' % (IMAGE, fmt), f.read(),
-                        disk_format=fmt, container_format=fmt)
+                        disk_format=fmt, container_format=fmt,
+                        visibility='public')
             properties = dict(ids, os_command_line=guest_image.cmdline(None))
-        glance.upload(ctx, IMAGE, data, properties=properties)
+        glance.upload(ctx, IMAGE, data, properties=properties,
+                      visibility='public')
 
     def _ceph_secret(self, ctx):
         """The libvirt secret of Cinder's Ceph user (RBD backends)."""

@@ -104,6 +104,17 @@ class ParseSkipsTestCase(testtools.TestCase):
                               'skips.txt')
         self.assertIn('skips.txt:1', str(e))
 
+    def test_a_comma_list_of_runs(self):
+        skips = run_tempest.parse_skips(['%s | tgt, libvirt | why' % MULTI])
+        self.assertEqual({'tgt', 'libvirt'}, skips[MULTI][0])
+        e = self.assertRaises(ValueError, run_tempest.parse_skips,
+                              ['%s | tgt,ceph | why' % MULTI])
+        self.assertIn("'ceph'", str(e))
+
+    def test_all_is_every_run(self):
+        skips = run_tempest.parse_skips(['%s | all | why' % MULTI])
+        self.assertEqual({'tgt', 'rbd', 'libvirt'}, skips[MULTI][0])
+
     def test_unknown_run_is_an_error(self):
         e = self.assertRaises(ValueError, run_tempest.parse_skips,
                               ['%s | ceph | one backend' % MULTI])
@@ -123,6 +134,8 @@ class ParseSkipsTestCase(testtools.TestCase):
         for test_id, (runs, reason) in skips.items():
             expected = ({'rbd'} if reason.startswith('RBD run only') else
                         {'tgt'} if reason.startswith('tgt run only') else
+                        {'tgt', 'rbd', 'libvirt'}
+                        if reason.startswith('every run') else
                         {'tgt', 'rbd'})
             self.assertEqual(expected, runs, test_id)
 
@@ -235,11 +248,12 @@ class MainTestCase(testtools.TestCase):
                                   side_effect=[100.0, 175.0]), \
                 mock.patch('sys.stdout', out):
             rc = run_tempest.main([])
-        # The box's install step, once, before the boxes of both runs.
+        # The box's install step, once, before the boxes of the runs.
         subprocess_run.assert_called_once_with(
             [run_tempest.STACK_SH, 'install'], capture_output=True,
             text=True)
-        self.assertEqual([] if install_rc else ['rbd', 'tgt'], sorted(runs))
+        self.assertEqual([] if install_rc else ['libvirt', 'rbd', 'tgt'],
+                         sorted(runs))
         return rc, out.getvalue().splitlines()
 
     def test_a_failed_install_runs_no_box(self):
@@ -250,22 +264,22 @@ class MainTestCase(testtools.TestCase):
 
     def test_all_listed_skips_made(self):
         # The runs' counts add up; the seconds are the wall time of the
-        # two runs side by side (75 s), not their sum (60 + 60 s).
+        # three runs side by side (75 s), not their sum (3 x 60 s).
         rc, lines = self._main({'tgt': {BACKUP, REPL, SNAP_BACKUP},
-                                'rbd': {MULTI, REPL}})
+                                'rbd': {MULTI, REPL}, 'libvirt': set()})
         self.assertEqual(0, rc)
         self.assertEqual(
-            ['tempest: ran 200, passed 180, skipped 20, failed 0 (75 s)'],
+            ['tempest: ran 300, passed 270, skipped 30, failed 0 (75 s)'],
             lines)
 
     def test_listed_skip_no_run_made_fails_the_run(self):
         rc, lines = self._main({'tgt': {BACKUP, SNAP_BACKUP},
-                                'rbd': {MULTI, REPL}})
+                                'rbd': {MULTI, REPL}, 'libvirt': set()})
         self.assertEqual(1, rc)
         self.assertEqual(
             ['tempest: listed in tools/tempest-skips.txt for the tgt run, '
              'which did not skip it: %s' % REPL,
-             'tempest: ran 200, passed 180, skipped 20, failed 0 (75 s)'],
+             'tempest: ran 300, passed 270, skipped 30, failed 0 (75 s)'],
             lines)
 
 
