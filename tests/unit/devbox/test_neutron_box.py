@@ -23,12 +23,12 @@ from devbox import neutron_box
 
 class BoxMechanismDriverTestCase(testtools.TestCase):
 
-    def test_binds_the_first_segment_as_an_active_ovs_port(self):
+    def test_binds_the_first_segment_as_an_active_tap_port(self):
         context = mock.Mock(segments_to_bind=[{'id': 'seg-1'},
                                               {'id': 'seg-2'}])
         neutron_box.BoxMechanismDriver().bind_port(context)
         context.set_binding.assert_called_once_with(
-            'seg-1', portbindings.VIF_TYPE_OVS,
+            'seg-1', portbindings.VIF_TYPE_TAP,
             {portbindings.CAP_PORT_FILTER: False},
             status=constants.PORT_STATUS_ACTIVE)
 
