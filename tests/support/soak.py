@@ -414,6 +414,9 @@ class Soak(object):
 
     def one(self, name):
         self.local.picked = []
+        # What a fault that fails this force-detach makes run again (its
+        # CLI arguments, set just before its call).
+        self.local.rerun = None
         start = time.monotonic()
         try:
             self.attempt(name, start)
@@ -453,7 +456,7 @@ class Soak(object):
                         self.http500 += 1
                         print('500 on %s: %s' % (
                             name, tc.reason_of(err.body)), flush=True)
-            if faulted and name.startswith('force_detach'):
+            if faulted and self.local.rerun:
                 self.run_again()
             if not api:
                 raise

@@ -278,6 +278,20 @@ class RunAgainTestCase(testtools.TestCase):
             body['attachment_id'], '--connector',
             json.dumps(body['connector']))
 
+    def test_a_force_detach_that_never_ran_is_not_run_again(self):
+        box = FakeBox(['a1'])
+        box.attachments = mock.Mock(side_effect=api_error(500, 'gone'))
+        box.manage = mock.Mock()
+        run = soak.Soak(box, argparse.Namespace(seed=1, history=None))
+        run.volumes, run.hosts = {'v1': False}, {'a1': 'soak-h1'}
+        run.fault_windows.append((0.0, float('inf')))
+        self.useFixture(fixtures.MockPatch('sys.stdout', io.StringIO()))
+        run.one('force_detach_api')
+        box.manage.assert_not_called()
+        self.assertEqual([], box.calls)
+        self.assertEqual({'force_detach_api 500 during a fault': 1},
+                         dict(run.errors))
+
     def test_no_fault_no_rerun(self):
         run, box = self.run_once('force_detach_api',
                                  api_error(500, 'LockLost'), in_fault=False)
