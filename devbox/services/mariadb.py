@@ -25,6 +25,27 @@ from devbox import boxutil
 from devbox.services import base
 
 
+def first_errors(path, before=6, errors=5):
+    """The server's first ``[ERROR]`` lines in *path*, with what led there.
+
+    mariadb-install-db's closing lines are always the same advice, and its
+    first ``[ERROR]`` may be a bare "Aborting" whose cause is a note or a
+    warning just before it.  Without an ``[ERROR]``: the output's tail.
+    """
+    try:
+        with open(path, errors='replace') as f:
+            text = [line.rstrip() for line in f if line.strip()]
+    except OSError:
+        return ''
+    first = next((i for i, line in enumerate(text) if '[ERROR]' in line),
+                 None)
+    if first is None:
+        return boxutil.tail(path)
+    shown = text[max(0, first - before):first] + [
+        line for line in text[first:] if '[ERROR]' in line][:errors]
+    return ''.join('\n  ' + line for line in shown)
+
+
 class MariaDB(base.Service):
 
     name = 'mariadb'
@@ -76,16 +97,9 @@ class MariaDB(base.Service):
                         stdin=subprocess.DEVNULL, stdout=f,
                         stderr=subprocess.STDOUT, cwd=d, timeout=300)
                 if res.returncode:
-                    # Its closing lines are always the same advice: the
-                    # server's own errors come first.
-                    with open(out, errors='replace') as f:
-                        errors = [line.strip() for line in f
-                                  if '[ERROR]' in line][:5]
                     raise base.StackError(
                         'mariadb-install-db failed (exit %d); see %s%s' % (
-                            res.returncode, out, ''.join(
-                                '\n  ' + e for e in errors) or
-                            boxutil.tail(out)))
+                            res.returncode, out, first_errors(out)))
             proc.start([server, '--no-defaults', '--datadir=' + data,
                         '--socket=' + sock,
                         '--pid-file=' + os.path.join(d, 'mariadbd.pid'),

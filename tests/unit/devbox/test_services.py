@@ -401,6 +401,16 @@ class MariaDBInstallTestCase(testtools.TestCase):
         self.assertIn('io_setup() failed', str(err))
         self.assertNotIn('--help', str(err))
 
+    def test_a_bare_abort_comes_with_the_lines_before_it(self):
+        out = os.path.join(self.useFixture(fixtures.TempDir()).path, 'out')
+        with open(out, 'w') as f:
+            f.write('a\n[Note] starting\n\n[Warning] the cause\n'
+                    '[ERROR] Aborting\nInstallation failed!\n'
+                    "Try '--help'\n")
+        self.assertEqual(
+            '\n  a\n  [Note] starting\n  [Warning] the cause\n'
+            '  [ERROR] Aborting', mariadb.first_errors(out, before=3))
+
 
 class VolumeServiceGroupTestCase(testtools.TestCase):
     """With several volume services, each starts in a cgroup of its own."""
