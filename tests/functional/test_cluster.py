@@ -179,22 +179,26 @@ class ClusterTestCase(testtools.TestCase):
         self.assertEqual({}, self.box.target_of(vol_id))
         self.assert_cut_off(vol_id, session)
 
-    def volume_story(self, vol_ids, limit=120):
+    def volume_story(self, vol_ids, created=()):
         """What the box's Cinder logs say of *vol_ids*, for a failure.
 
-        The box and its logs go with the test class: a storm's rare race
-        is read from the failure message or not at all.
+        With the lines of their attachments' ids (*created*: ``(volume,
+        attachment, host)``; an attachment's calls do not name its
+        volume).  The box and its logs go with the test class: a storm's
+        rare race is read from the failure message or not at all.
         """
+        ids = set(vol_ids) | {att for vol_id, att, _h in created
+                              if vol_id in vol_ids}
         lines = []
         for path in sorted(glob.glob(os.path.join(
                 self.box.state, 'logs', 'cinder-*.log'))):
             with open(path) as f:
                 lines += ['%s: %s' % (os.path.basename(path), line[:400])
                           for line in f
-                          if any(v in line for v in vol_ids) and
+                          if any(v in line for v in ids) and
                           'DEBUG' not in line]
         lines.sort(key=lambda line: line.split(': ', 1)[1][:23])
-        return ''.join(lines[-limit:])
+        return ''.join(lines[-160:])
 
     def assert_usable(self, vol_id):
         """Another host attaches (alone on the ACL), writes, detaches."""
@@ -339,12 +343,27 @@ class ClusterTestCase(testtools.TestCase):
         self.assertEqual({}, found['summary'].get('not audited', {}))
         # What Cinder's own races leave (an in-use volume whose attachment
         # a delete ended; an attachment a force-detach raced, left live on
-        # an available volume) is found and repaired; nothing else.
+        # an available volume) is found and repaired; nothing else.  One
+        # more: os-force_detach's detach_volume sets ``available`` from
+        # the volume the API read before an attach of a host reserved and
+        # was granted (doc/audit.md): that host's access is then a leaked
+        # export, repaired, on a volume the storm both force-detached and
+        # attached to that host.
+        raced = {(vol_id, cluster.IQN + host) for kind, vol_id, host in plan
+                 if kind == 'attach' and ('force-detach', vol_id) in {
+                     (k, v) for k, v, _h in plan}}
         unexplained = [f for f in found.get('findings', ())
-                       if f.get('case') not in RACE_CASES or
-                       f.get('result') != 'repaired']
+                       if f.get('result') != 'repaired' or (
+                           f.get('case') not in RACE_CASES and not (
+                               f.get('case') == 'leaked_export' and
+                               (f['volume'], f.get('host')) in raced))]
         self.assertEqual([], unexplained, self.volume_story(
-            {f['volume'] for f in unexplained}))
+            {f['volume'] for f in unexplained}, created))
+        for finding in found.get('findings', ()):
+            if finding.get('case') == 'leaked_export':
+                print("Cinder's detach_volume race (doc/audit.md), "
+                      'repaired: %s\n%s' % (finding, self.volume_story(
+                          {finding['volume']}, created)))
         host_of = {a: h for _v, a, h in created}
         for vol_id, multi in volumes:
             volume = self.box.volume(vol_id)
@@ -359,12 +378,13 @@ class ClusterTestCase(testtools.TestCase):
                     len({host_of.get(a['id']) for a in live}), 1,
                     'two hosts attached to %s: %s\n%s' % (
                         vol_id, [(a['id'], host_of.get(a['id']))
-                                 for a in live], self.volume_story({vol_id})))
+                                 for a in live],
+                        self.volume_story({vol_id}, created)))
             acls = set().union(*self.box.target_of(vol_id).values()) \
                 if self.box.target_of(vol_id) else set()
             self.assertEqual({cluster.IQN + host_of[a['id']] for a in live},
                              acls, 'volume %s: ACLs and live attachments\n%s'
-                             % (vol_id, self.volume_story({vol_id})))
+                             % (vol_id, self.volume_story({vol_id}, created)))
             if volume['status'] == 'available':
                 self.assertEqual({}, self.box.target_of(vol_id))
         api_log = os.path.join(self.box.state, 'logs', 'cinder-api.log')
