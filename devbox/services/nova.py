@@ -349,16 +349,21 @@ class Nova(base.Service):
                     'name': name, 'id': flavor_id, 'vcpus': vcpus,
                     'ram': ram, 'disk': disk}})
 
+    @staticmethod
+    def image_id(ctx):
+        """The id of the box's image (:data:`IMAGE`), or None."""
+        found = ctx.http_json(ctx.service('glance-api').url(ctx.info) +
+                              '/v2/images?name=' + IMAGE, 'GET')['images']
+        return found[0]['id'] if found else None
+
     def _ensure_image(self, ctx):
         """A small raw image to make bootable volumes from.
 
         Public, as devstack's cirros: a project tempest makes boots it too.
         """
-        glance = ctx.service('glance-api')
-        found = ctx.http_json(glance.url(ctx.info) + '/v2/images?name=' +
-                              IMAGE, 'GET')['images']
-        if found:
+        if self.image_id(ctx):
             return
+        glance = ctx.service('glance-api')
         # A marker, then zeros: the fake driver never reads it; a libvirt
         # guest writes its records over it (its kernel is another image).
         data = b'cinder-forcedetach box image\n'.ljust(1 << 20, b'\0')

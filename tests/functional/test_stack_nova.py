@@ -164,10 +164,7 @@ class _NovaBoxTestCase(testtools.TestCase):
         return vol_id
 
     def box_image(self):
-        return self.box.http_json(
-            self.box.service('glance-api').url(self.box.info) +
-            '/v2/images?name=' + nova_service.IMAGE,
-            'GET')['images'][0]['id']
+        return self.box.service('nova').image_id(self.box.ctx)
 
     def settled(self, server_id, status='ACTIVE'):
         def done():
