@@ -105,8 +105,9 @@ PASSED_LINE = re.compile(
     r'^\{\d+\} (\S+?)(?:\[\S*\])? \[([\d.]+)s\] \.\.\. ok$', re.MULTILINE)
 DEFAULT_BACKENDS = 'tgt,rbd,libvirt'
 # The tgt box has two tgt backends: multi-backend and retype with
-# migration (a file copy between the two stores) run there.
-BOX_BACKENDS = {'tgt': 'tgt,tgt2'}
+# migration (a file copy between the two stores) run there.  The libvirt
+# run's box is on our RBD driver.
+BOX_BACKENDS = {'tgt': 'tgt,tgt2', 'libvirt': 'rbd'}
 DEFAULT_REGEX = (r'^(tempest|cinder_tempest_plugin)\.api\.volume|'
                  r'^tempest\.api\.compute\.volumes')
 # The libvirt run: the tests that boot guests and attach volumes to them
@@ -119,11 +120,10 @@ def box_env(state, backend):
 
     ``libvirt``: Nova's libvirt driver on our RBD driver.
     """
-    libvirt = backend == 'libvirt'
-    env = fakes.box_env(state, nova=True, ceph=backend in ('rbd', 'libvirt'))
-    env['STACK_BACKENDS'] = 'rbd' if libvirt else BOX_BACKENDS.get(backend,
-                                                                   backend)
-    if libvirt:
+    backends = BOX_BACKENDS.get(backend, backend)
+    env = fakes.box_env(state, nova=True, ceph='rbd' in backends.split(','))
+    env['STACK_BACKENDS'] = backends
+    if backend == 'libvirt':
         env['STACK_VIRT'] = 'libvirt'
     # main() ran the install step once (tools/stack.sh install).
     env['STACK_SKIP_INSTALL'] = '1'
@@ -148,10 +148,8 @@ def images(box, backend):
     driver boots nothing: two images of random bytes.
     """
     if backend == 'libvirt':
-        found = box.http_json(
-            box.service('glance-api').url(box.info) + '/v2/images?name=' +
-            nova.IMAGE, 'GET')['images']
-        return found[0]['id'], found[0]['id']
+        image = box.service('nova').image_id(box.ctx)
+        return image, image
     return upload_image(box), upload_image(box)
 
 
