@@ -40,11 +40,10 @@ MariaDB, RabbitMQ or all three for 2-15 s (a force-detach that failed
 during any fault is run again through the CLI once it is over) and the
 operator's status-only reset of an in-use volume (Horizon's "Update
 Volume Status"), after which another host may be attached.  No volume is
-deleted.  At the
-end the history is written to FILE and checked against what landed on
-each volume: a write landing after its host was cut, two hosts writing a
-volume that is not multiattach, ``available`` with a target, an
-attachment lost or unknown.
+deleted.  At the end the history is written to FILE and checked against
+what landed on each volume: a write landing after its host was cut, two
+hosts writing a volume that is not multiattach, ``available`` with a
+target, an attachment lost or unknown.
 
 Prints a summary line and exits 0 only with no violation and no HTTP 500.
 A refusal (4xx) of a call that raced another is counted by kind, not as a

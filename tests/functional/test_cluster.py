@@ -179,7 +179,7 @@ class ClusterTestCase(testtools.TestCase):
         self.assertEqual({}, self.box.target_of(vol_id))
         self.assert_cut_off(vol_id, session)
 
-    def volume_story(self, vol_ids, created=()):
+    def volume_story(self, vol_ids, created=(), limit=160):
         """What the box's Cinder logs say of *vol_ids*, for a failure.
 
         With the lines of their attachments' ids (*created*: ``(volume,
@@ -198,7 +198,7 @@ class ClusterTestCase(testtools.TestCase):
                           if any(v in line for v in ids) and
                           'DEBUG' not in line]
         lines.sort(key=lambda line: line.split(': ', 1)[1][:23])
-        return ''.join(lines[-160:])
+        return ''.join(lines[-limit:])
 
     def assert_usable(self, vol_id):
         """Another host attaches (alone on the ACL), writes, detaches."""
@@ -349,9 +349,10 @@ class ClusterTestCase(testtools.TestCase):
         # was granted (doc/audit.md): that host's access is then a leaked
         # export, repaired, on a volume the storm both force-detached and
         # attached to that host.
+        detached = {vol_id for kind, vol_id, _h in plan
+                    if kind == 'force-detach'}
         raced = {(vol_id, cluster.IQN + host) for kind, vol_id, host in plan
-                 if kind == 'attach' and ('force-detach', vol_id) in {
-                     (k, v) for k, v, _h in plan}}
+                 if kind == 'attach' and vol_id in detached}
         unexplained = [f for f in found.get('findings', ())
                        if f.get('result') != 'repaired' or (
                            f.get('case') not in RACE_CASES and not (
@@ -1091,10 +1092,10 @@ class ClusterTestCase(testtools.TestCase):
         leader SIGKILLed (restarted 2-8 s later), a volume service cut off
         etcd, MariaDB, RabbitMQ or all three for 2-15 s (a force-detach a
         fault made fail is run again once it is over, as an operator
-        would), the operator's status-only reset of an in-use volume;
-        two operations a
-        second over four volumes (two multiattach).  Every attached host's
-        initiator writes a block of its own every ~0.2 s, cut or not.  The
+        would), the operator's status-only reset of an in-use volume; two
+        operations a second over four volumes (two multiattach).  Every
+        attached host's initiator writes a block of its own every ~0.2 s,
+        cut or not.  The
         checker (:mod:`tests.support.history`) then reads the history and
         the volumes: no write landed after its host was cut, no second
         writer on a volume that is not multiattach, never ``available``
